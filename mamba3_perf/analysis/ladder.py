@@ -1,0 +1,229 @@
+"""The optimization ladder from a ``timings`` table: speedups, gaps to TileLang, step gains.
+
+Conventions (columns are snake_case with units):
+
+* ``speedup_vs_stage0`` = stage0 median / variant median, on a case where both are "ok".
+* ``ratio_vs_tilelang`` = variant median / TileLang median (a time ratio: 2.0 is twice as slow).
+  The TileLang time is the live ``tilelang`` row of the same table when it is "ok", else the
+  recorded GPU baseline (:func:`load_gpu_baseline`) matched by shape; ``tilelang_source``
+  says which ("live", "recorded" or NA).
+* Geometric means run over the cases stage0 can run; cases it cannot run are listed apart.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from mamba3_perf.errors import CaseError, ParseError
+from mamba3_perf.kernels.cases import Case, dtype_name, get_case, parse_dtype
+
+LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfold",
+                           "stage4_nblock", "stage5_rankloop", "prod")
+BASELINE_VARIANT = "stage0"
+TILELANG = "tilelang"
+SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")
+_BASELINE_FILE = "tilelang-h200.json"
+
+
+def variant_order(variants: Iterable[str]) -> list[str]:
+    """Ladder stages in ladder order, then other variants (tilelang last) by name."""
+    vs = list(dict.fromkeys(variants))
+    rank = {v: i for i, v in enumerate(LADDER)}
+    return sorted(vs, key=lambda v: (rank.get(v, len(LADDER) + (v == TILELANG)), v))
+
+
+def parent_of(variant: str) -> str | None:
+    """The ladder step before ``variant`` (None for stage0 and non-ladder variants)."""
+    if variant in LADDER and LADDER.index(variant) > 0:
+        return LADDER[LADDER.index(variant) - 1]
+    return None
+
+
+# ------------------------------------------------------------------------- recorded baseline
+
+
+def shape_key(case: Case) -> tuple:
+    """The key that matches a case to a recorded baseline row."""
+    return (case.B, case.S, case.H, case.G, case.N, case.P, case.R, case.C,
+            dtype_name(parse_dtype(case.dtype)))
+
+
+def load_gpu_baseline(path: str | Path | None = None) -> pd.DataFrame:
+    """Read a recorded TileLang baseline (the ``tilelang-h200.json`` format).
+
+    Returns one row per measured shape: ``label`` (the file's case label), B S H G N P R C
+    dtype (canonical torch name), ``bwd_bwd_us``, ``bwd_fwd_us``, ``unique_bytes``,
+    ``hbm_roofline_us``. Rows recorded with an ``error`` are dropped. ``df.attrs`` keeps the
+    file's ``device``, ``software`` and ``upstream`` blocks. Default: the copy shipped as
+    package data (``mamba3_perf/data/tilelang-h200.json``).
+    """
+    origin = str(path) if path is not None else f"mamba3_perf/data/{_BASELINE_FILE}"
+    try:
+        if path is None:
+            text = resources.files("mamba3_perf.data").joinpath(_BASELINE_FILE).read_text()
+        else:
+            text = Path(path).read_text()
+        raw = json.loads(text)
+    except (OSError, ValueError) as e:
+        raise ParseError(f"{origin}: cannot read baseline: {e}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cases"), list):
+        raise ParseError(f"{origin}: expected an object with a 'cases' list")
+    rows = []
+    for i, rec in enumerate(raw["cases"]):
+        if "error" in rec:
+            continue
+        missing = [k for k in (*SHAPE_KEY, "bwd_bwd_ms") if k not in rec]
+        if missing:
+            raise ParseError(f"{origin}: case #{i} lacks {missing}")
+        try:
+            dt = dtype_name(parse_dtype(rec["dtype"]))
+        except CaseError as e:
+            raise ParseError(f"{origin}: case #{i}: {e}") from None
+        rows.append({
+            "label": rec.get("case", rec.get("cfg", "")),
+            **{k: int(rec[k]) for k in SHAPE_KEY if k != "dtype"},
+            "dtype": dt,
+            "bwd_bwd_us": float(rec["bwd_bwd_ms"]) * 1e3,
+            "bwd_fwd_us": float(rec.get("bwd_fwd_ms", math.nan)) * 1e3,
+            "unique_bytes": float(rec.get("bwd_bwd_unique_bytes", math.nan)),
+            "hbm_roofline_us": float(rec.get("hbm_roofline_ms", math.nan)) * 1e3,
+        })
+    cols = ["label", *SHAPE_KEY, "bwd_bwd_us", "bwd_fwd_us", "unique_bytes", "hbm_roofline_us"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs.update({k: raw[k] for k in ("device", "software", "upstream", "measured_on") if k in raw})
+    return df
+
+
+def baseline_us(case: Case, baseline: pd.DataFrame) -> float:
+    """The recorded bwd_bwd time of ``case``'s shape, NaN when the baseline lacks it."""
+    key = shape_key(case)
+    hit = baseline
+    for col, val in zip(SHAPE_KEY, key):
+        hit = hit[hit[col] == val]
+    return float(hit["bwd_bwd_us"].iloc[0]) if len(hit) else math.nan
+
+
+def resolve_cases(case_ids: Iterable[str], meta_cases: Iterable[Mapping] = ()) -> dict[str, Case]:
+    """Map case ids to Cases: from a run's ``cases`` metadata first, then the named cases.
+
+    Ids known to neither are left out (their rows get no baseline and no limits).
+    """
+    known: dict[str, Case] = {}
+    for d in meta_cases or ():
+        try:
+            c = Case(**d)
+        except (TypeError, CaseError):
+            continue
+        known[c.id] = c
+    out = {}
+    for cid in dict.fromkeys(case_ids):
+        if cid in known:
+            out[cid] = known[cid]
+        else:
+            try:
+                out[cid] = get_case(cid)
+            except CaseError:
+                continue
+    return out
+
+
+# ---------------------------------------------------------------------------- ladder table
+
+LADDER_COLUMNS = ("case_id", "variant", "status", "reason", "median_us", "p10_us", "p90_us",
+                  "stage0_us", "speedup_vs_stage0", "tilelang_us", "tilelang_source",
+                  "ratio_vs_tilelang")
+
+
+def ladder_table(timings: pd.DataFrame, *, cases: Mapping[str, Case] | None = None,
+                 baseline: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per case, per variant: status, time, speedup vs stage0, ratio vs TileLang.
+
+    ``cases`` maps case_id -> Case for the recorded-baseline match (see
+    :func:`resolve_cases`); without it, or without ``baseline``, only a live ``tilelang``
+    row gives the TileLang time.
+    """
+    t = timings.copy()
+    for c in ("reason", "p10_us", "p90_us"):
+        if c not in t.columns:
+            t[c] = pd.NA if c == "reason" else np.nan
+    ok = t["status"] == "ok"
+    med = t["median_us"].astype("float64").where(ok)
+    t["median_us"] = t["median_us"].astype("float64")
+    t["_ok_us"] = med
+    s0 = t[t["variant"] == BASELINE_VARIANT].set_index("case_id")["_ok_us"]
+    tl = t[t["variant"] == TILELANG].set_index("case_id")["_ok_us"]
+    t["stage0_us"] = t["case_id"].map(s0).astype("float64")
+    t["speedup_vs_stage0"] = t["stage0_us"] / t["_ok_us"]
+    live = t["case_id"].map(tl).astype("float64")
+    rec = pd.Series(np.nan, index=t.index)
+    if baseline is not None and cases:
+        rec = t["case_id"].map(
+            {cid: baseline_us(c, baseline) for cid, c in cases.items()}).astype("float64")
+    t["tilelang_us"] = live.fillna(rec)
+    t["tilelang_source"] = pd.Series(
+        np.where(live.notna(), "live", np.where(rec.notna(), "recorded", None)), index=t.index,
+        dtype="string")
+    t["ratio_vs_tilelang"] = (t["_ok_us"] / t["tilelang_us"]).where(t["variant"] != TILELANG)
+    order = {v: i for i, v in enumerate(variant_order(t["variant"]))}
+    t["_vo"] = t["variant"].map(order)
+    t = t.sort_values(["case_id", "_vo"], kind="stable")
+    return t[list(LADDER_COLUMNS)].reset_index(drop=True)
+
+
+def _geomean(x: pd.Series) -> float:
+    x = x.dropna()
+    x = x[x > 0]
+    return float(np.exp(np.log(x).mean())) if len(x) else math.nan
+
+
+@dataclass(frozen=True)
+class LadderSummary:
+    """Geometric means per variant over the cases stage0 can run.
+
+    ``per_variant`` columns: variant, parent, geomean_speedup_vs_stage0, geomean_step_speedup
+    (vs the parent stage, over cases both ran), geomean_ratio_vs_tilelang, n_cases, missing
+    (cases stage0 ran that this variant did not run "ok"). ``stage0_not_runnable`` lists the
+    cases left out of every mean with stage0's reason.
+    """
+
+    per_variant: pd.DataFrame
+    stage0_not_runnable: tuple[tuple[str, str], ...]
+
+
+def summarize_ladder(table: pd.DataFrame) -> LadderSummary:
+    """Reduce :func:`ladder_table` output to per-variant geometric means."""
+    s0 = table[table["variant"] == BASELINE_VARIANT]
+    runnable = set(s0.loc[s0["status"] == "ok", "case_id"])
+    not_run = tuple((str(r.case_id), "" if pd.isna(r.reason) else str(r.reason))
+                    for r in s0[s0["status"] != "ok"].itertuples())
+    ok_us = table["median_us"].where(table["status"] == "ok")
+    by = table.assign(_ok_us=ok_us).pivot_table(index="case_id", columns="variant",
+                                                 values="_ok_us", aggfunc="first", dropna=False)
+    rows = []
+    for v in variant_order(table["variant"]):
+        sub = table[(table["variant"] == v) & table["case_id"].isin(runnable)]
+        ok_cases = set(sub.loc[sub["status"] == "ok", "case_id"])
+        parent = parent_of(v)
+        step = math.nan
+        if parent is not None and parent in by.columns and v in by.columns:
+            pv = by.loc[by.index.isin(runnable), [parent, v]].dropna()
+            step = _geomean(pv[parent] / pv[v])
+        rows.append({
+            "variant": v,
+            "parent": parent,
+            "geomean_speedup_vs_stage0": _geomean(sub["speedup_vs_stage0"]),
+            "geomean_step_speedup": step,
+            "geomean_ratio_vs_tilelang": _geomean(sub["ratio_vs_tilelang"]),
+            "n_cases": len(ok_cases),
+            "missing": tuple(sorted(runnable - ok_cases)),
+        })
+    cols = ["variant", "parent", "geomean_speedup_vs_stage0", "geomean_step_speedup",
+            "geomean_ratio_vs_tilelang", "n_cases", "missing"]
+    return LadderSummary(per_variant=pd.DataFrame(rows, columns=cols), stage0_not_runnable=not_run)
