@@ -1,0 +1,177 @@
+"""On-chip memory model: per stage and case, the working set of one program, and whether it fits.
+
+The model is data (:data:`STAGE_BUFFERS`): for each stage, each kernel part (fused, pre, aux,
+scan, post) lists its live buffers with a shape written in the dimension names
+C, R, N, P, CR (= C*R) and BN (the scan's N block), an element size, and where the buffer
+lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
+is the sum of its buffers; a stage fits when its largest part fits the device budget:
+
+* GPU: shared memory per block + the SM's register file (H200: 227 KiB + 64K x 4 B);
+* Ascend NPU: the vector core's Unified Buffer (910B: 192 KiB), which the Triton-Ascend
+  lowering stages every tile through.
+
+Buffers are fp32 unless noted. Correct the tables here when a kernel changes; nothing else
+encodes the shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from mamba3_perf.analysis.limits import DeviceSpec
+from mamba3_perf.errors import StageError
+from mamba3_perf.kernels.cases import Case
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    shape: tuple[str, ...]  # each dim a product of names and integers, e.g. ("CR", "N"), ("2*P",)
+    dtype_bytes: int = 4
+    where: str = "smem"  # "regs" (accumulator) or "smem" (operand tile) on a GPU
+    count: int = 1  # identical buffers (q, k, ...)
+
+
+def _B(name, shape, count=1, where="smem", dtype_bytes=4) -> Buffer:
+    return Buffer(name, tuple(shape), dtype_bytes, where, count)
+
+
+_SCAN_FULL = (
+    _B("dstates", ("N", "P"), where="regs"),
+    _B("states tile", ("N", "P")),
+    _B("q, k", ("CR", "N"), 2),
+    _B("dPhiO, PsiV", ("CR", "P"), 2),
+)
+_SCAN_NBLOCK = (
+    _B("dstates block", ("BN", "P"), where="regs"),
+    _B("states block", ("BN", "P")),
+    _B("q, k blocks", ("CR", "BN"), 2),
+    _B("dPhiO, PsiV", ("CR", "P"), 2),
+)
+_AUX = (
+    _B("[CR,CR] (lkq, dkq, ...)", ("CR", "CR"), 3),
+    _B("[CR,N] (q, k, dq, dk)", ("CR", "N"), 4),
+    _B("[CR,P] (PsiV, dPhiO, dPsiV)", ("CR", "P"), 3),
+)
+_POST = (_B("[CR,N] (q, k, dq, dk)", ("CR", "N"), 4),)
+
+# stage -> kernel part -> buffers of one program of that part.
+STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
+    # one program per (b, h) does everything in its chunk loop
+    "stage0": {"fused": (
+        _B("dstates", ("N", "P"), where="regs"),
+        _B("states tile", ("N", "P")),
+        _B("q, k, q_pre, k_pre", ("CR", "N"), 4),
+        _B("PsiV, dPhiO, dPsiV", ("CR", "P"), 3),
+        _B("lkq, dkq", ("CR", "CR"), 2),
+        _B("dq, dk", ("CR", "N"), 2, where="regs"),
+    )},
+    "stage1_pre": {"scan": _SCAN_FULL, "aux": _AUX},
+    "stage2_aux": {"scan": _SCAN_FULL, "aux": _AUX},
+    # rankfold keeps the shapes (it folds the R=4 rank loop; the buffers are the same)
+    "stage3_rankfold": {"scan": _SCAN_FULL, "aux": _AUX},
+    "stage4_nblock": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
+    "stage5_rankloop": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
+    "prod": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
+}
+# The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
+NBLOCK_THRESHOLD = 8192
+NBLOCK_BN = 64
+NBLOCK_STAGES = ("stage4_nblock", "stage5_rankloop", "prod")
+
+
+def dims(stage: str, case: Case) -> dict[str, int]:
+    """The dimension values the shape formulas of ``stage`` use for ``case``."""
+    bn = case.N
+    if stage in NBLOCK_STAGES and case.N * case.P > NBLOCK_THRESHOLD:
+        bn = min(NBLOCK_BN, case.N)
+    return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn}
+
+
+def _dim(expr: str, env: dict[str, int]) -> int:
+    v = 1
+    for tok in expr.split("*"):
+        tok = tok.strip()
+        v *= int(tok) if tok.isdigit() else env[tok]
+    return v
+
+
+def buffer_table(stage: str, case: Case) -> pd.DataFrame:
+    """One row per buffer of every part of ``stage``: part, name, shape, count, where, bytes."""
+    if stage not in STAGE_BUFFERS:
+        raise StageError(f"no memory model for stage {stage!r}; modelled: {', '.join(STAGE_BUFFERS)}")
+    env = dims(stage, case)
+    rows = []
+    for part, bufs in STAGE_BUFFERS[stage].items():
+        for b in bufs:
+            shape = [_dim(d, env) for d in b.shape]
+            n = 1
+            for s in shape:
+                n *= s
+            rows.append({"part": part, "name": b.name, "shape": "x".join(map(str, shape)),
+                         "count": b.count, "where": b.where,
+                         "bytes": n * b.dtype_bytes * b.count})
+    return pd.DataFrame(rows, columns=["part", "name", "shape", "count", "where", "bytes"])
+
+
+def working_set(stage: str, case: Case) -> dict[str, int]:
+    """Bytes per program for each kernel part of ``stage``."""
+    t = buffer_table(stage, case)
+    return {str(k): int(v) for k, v in t.groupby("part", sort=False)["bytes"].sum().items()}
+
+
+def budget_bytes(device: DeviceSpec) -> int:
+    """On-chip bytes one program may hold (see the module docstring)."""
+    if device.kind == "npu":
+        return device.ub_bytes
+    return device.smem_per_block_bytes + device.registers_per_sm * 4
+
+
+def predict_runnable(stage: str, case: Case, device: DeviceSpec) -> tuple[bool, str]:
+    """(fits, reason): whether every part's working set fits ``device``'s budget."""
+    ws = working_set(stage, case)
+    part, need = max(ws.items(), key=lambda kv: kv[1])
+    budget = budget_bytes(device)
+    where = "UB" if device.kind == "npu" else "shared memory + registers"
+    rel = "<=" if need <= budget else ">"
+    return need <= budget, (f"{part} working set {need / 1024:.1f} KiB {rel} "
+                            f"{budget / 1024:.0f} KiB {where} on {device.name}")
+
+
+PREDICTION_COLUMNS = ("stage", "case_id", "device", "predicted_runnable", "working_set_bytes",
+                      "budget_bytes", "reason")
+
+
+def predictions(stages, cases, device: DeviceSpec) -> pd.DataFrame:
+    """:func:`predict_runnable` for every stage x case, as a frame."""
+    rows = []
+    for st in stages:
+        for c in cases:
+            fits, why = predict_runnable(st, c, device)
+            rows.append({"stage": st, "case_id": c.id, "device": device.name,
+                         "predicted_runnable": fits,
+                         "working_set_bytes": max(working_set(st, c).values()),
+                         "budget_bytes": budget_bytes(device), "reason": why})
+    return pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS))
+
+
+def check_predictions(pred_df: pd.DataFrame, timings_df: pd.DataFrame) -> pd.DataFrame:
+    """Join predictions with measured outcomes (status "not runnable" = did not fit).
+
+    Adds ``status``, ``actual_reason``, ``actual_runnable`` and ``outcome``: "agree",
+    "predicted fit, not runnable", "predicted no fit, ran", or "not timed".
+    """
+    t = timings_df[["variant", "case_id", "status", "reason"]].rename(
+        columns={"variant": "stage", "reason": "actual_reason"})
+    m = pred_df.merge(t, on=["stage", "case_id"], how="left")
+    timed = m["status"].notna()
+    actual = (m["status"] != "not runnable") & timed
+    m["actual_runnable"] = actual.where(timed).astype("boolean")
+    pred = m["predicted_runnable"].astype(bool)
+    m["outcome"] = "agree"
+    m.loc[timed & pred & ~actual, "outcome"] = "predicted fit, not runnable"
+    m.loc[timed & ~pred & actual, "outcome"] = "predicted no fit, ran"
+    m.loc[~timed, "outcome"] = "not timed"
+    m["outcome"] = m["outcome"].astype("string")
+    return m
