@@ -1,0 +1,5 @@
+import sys
+
+from mamba3_perf.cli import main
+
+sys.exit(main())
