@@ -6,7 +6,8 @@ walked (:func:`find_sources`) and read in the order FORMATS.md prescribes for As
 ``trace_view.json`` / ``msprof_*.json``; for CUDA: Kineto traces, ncu CSVs, proton files.
 
 Error policy: a path that does not exist, a file of no known layout, a directory with no
-trace, or a directory holding traces of both Ascend and CUDA profilers (mixed devices):
+trace, a directory holding traces of both Ascend and CUDA profilers (mixed devices), or CUDA
+outputs of several tools (Kineto + ncu + proton would time the same launches twice):
 :class:`ParseError`. A file given directly is parsed even where a directory walk would have
 preferred another.
 """
@@ -94,7 +95,11 @@ def find_sources(root: Path) -> list[tuple[str, Path]]:
             files = [f for f in found.get(("ascend", kind), []) if re.search(pat, f.name)]
             if files:
                 return [(kind, f) for f in files]
-    return [(kind, f) for (_, kind), files in found.items() for f in files]
+    kinds = sorted(kind for _, kind in found)
+    if len(kinds) > 1:  # several tools timing the same launches would be counted twice
+        raise ParseError(f"{root}: holds outputs of several profilers ({', '.join(kinds)}); "
+                         "import one of them")
+    return [(kind, f) for files in found.values() for f in files]
 
 
 def load(path: str | Path, *, case_id: str | None = None, variant: str | None = None,

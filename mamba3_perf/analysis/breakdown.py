@@ -1,0 +1,65 @@
+"""Stage breakdown of a KERNEL_EVENTS frame: where the device time goes, per stage tag.
+
+Pure: DataFrame in, DataFrame out; no plotting, no I/O.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mamba3_perf.traces.schema import METRIC_COLUMNS
+
+TAG_ORDER = ("pre", "aux", "scan", "post", "fused", "host", "other")
+BASE_COLUMNS = ("total_us", "share", "count")
+
+
+def _weighted_means(g: pd.DataFrame) -> dict[str, float]:
+    out = {}
+    for m in METRIC_COLUMNS:
+        if m not in g.columns:
+            out[m] = np.nan
+            continue
+        ok = g[m].notna() & (g["dur_us"] > 0)
+        w = g.loc[ok, "dur_us"].to_numpy(float)
+        out[m] = float(np.dot(g.loc[ok, m].to_numpy(float), w) / w.sum()) if w.sum() > 0 else np.nan
+    return out
+
+
+def stage_breakdown(df: pd.DataFrame) -> pd.DataFrame:
+    """Per stage_tag (per variant, and per region for region rows): time, share, count, metrics.
+
+    Columns: ``[variant,] stage_tag, [region,] total_us`` (sum of ``dur_us``), ``share``
+    (of the variant's total), ``count`` (executions: ``calls`` where given, else rows), then
+    every metric column of the schema as a duration-weighted mean over the rows that have it
+    (NaN where none do). ``variant`` / ``region`` keys appear only when the input has them.
+    A frame mixing whole-kernel rows and region rows is refused (ValueError): adding them
+    would count the kernel twice.
+    """
+    has_variant = "variant" in df.columns and df["variant"].notna().any()
+    has_region = "region" in df.columns and df["region"].notna().any()
+    if has_region and df["region"].isna().any():
+        raise ValueError("stage_breakdown: frame mixes whole-kernel rows and region rows; "
+                         "filter one kind first (df[df.region.isna()] or df[df.region.notna()])")
+    keys = (["variant"] if has_variant else []) + ["stage_tag"] + (["region"] if has_region else [])
+    columns = keys + list(BASE_COLUMNS) + list(METRIC_COLUMNS)
+    if df.empty:
+        dtypes = {**{k: "string" for k in keys}, "count": "int64"}
+        return pd.DataFrame({c: pd.Series([], dtype=dtypes.get(c, "float64")) for c in columns})
+    work = df.copy()
+    work["_n"] = work["calls"].fillna(1) if "calls" in work.columns else 1
+    rows = []
+    for key, g in work.groupby(keys, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(keys, key)), "total_us": float(g["dur_us"].sum()),
+                     "count": int(g["_n"].sum()), **_weighted_means(g)})
+    out = pd.DataFrame(rows)
+    scope = out["variant"].fillna("") if has_variant else pd.Series("", index=out.index)
+    totals = out.groupby(scope)["total_us"].transform("sum")
+    out["share"] = (out["total_us"] / totals.replace(0, np.nan)).astype(float)
+    order = {t: i for i, t in enumerate(TAG_ORDER)}
+    out["_o"] = out["stage_tag"].map(lambda t: order.get(t, len(order)))
+    sort = (["variant"] if has_variant else []) + ["_o"]  # regions keep their input order
+    out = out.sort_values(sort, kind="stable").reset_index(drop=True)
+    for k in keys:
+        out[k] = out[k].astype("string")
+    return out[columns]
