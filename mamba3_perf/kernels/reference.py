@@ -247,47 +247,21 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
 
 
 # ----------------------------------------------------------------------------- fp64 golden
-def bwd_bwd_golden(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs_rev, dt,
-                   trap, segsum, angles, mimo_o=None, d=None, chunk_size: int = 16,
-                   rotary_dim_divisor: int = 4, output_dtype=None) -> dict:
-    """The 12 gradients by fp64 autograd through the forward output.
+def _forward_y(qb, kb, v, mv, ang, ts, gd, e_cs, e_rev, a_end, xw, dl, segsum, R: int, C: int):
+    """The block's per-rank output y [B,H,S,R,P] from the golden's leaves (any float dtype).
 
-    ``states`` and ``qk_dot`` are accepted for signature parity and ignored: the golden
-    recomputes the whole forward from its leaves, partial last chunk included.
+    qb, kb [B,H,S,R,N]; v [B,S,H,P]; mv [B,H,R,P]; ang [B,S,H,RD]; ts, gd, e_cs, e_rev
+    [B,H,S]; a_end [B,H,nc]; xw [B,H,nc,C,C] (added to the masked decay matrix); dl [B,H].
     """
-    del states, qk_dot, rotary_dim_divisor, output_dtype
-    f = torch.float64
-    dev = q.device
-    B, S, R, G, N = q.shape
-    H, P = v.shape[2], v.shape[3]
-    C = chunk_size
+    B, H, S, _, N = qb.shape
+    P = v.shape[-1]
     nc = math.ceil(S / C)
-
-    def leaf(x):
-        return x.detach().to(f).clone().requires_grad_(True)
-
-    qb = leaf(_per_head(q.to(f), H) + q_bias.to(f)[None, :, None])  # [B,H,S,R,N]
-    kb = leaf(_per_head(k.to(f), H) + k_bias.to(f)[None, :, None])
-    vl = leaf(v)  # [B,S,H,P]
-    mv = leaf(mimo_v.to(f)[None].expand(B, -1, -1, -1))  # [B,H,R,P]
-    ang = leaf(angles)  # [B,S,H,RD]
-    gamma0, ts0 = _gammas(dt.to(f), trap.to(f))
-    ts, gd = leaf(ts0), leaf(gamma0)  # trap_scale, diagonal gamma [B,H,S]
-    e_cs, e_rev = leaf(torch.exp(da_cs.to(f))), leaf(torch.exp(da_cs_rev.to(f)))
-    ends = torch.tensor([min(S, (c + 1) * C) - 1 for c in range(nc)], device=dev)
-    a_end = leaf(da_cs.to(f)[:, :, ends])  # [B,H,nc]
-    xw = leaf(torch.zeros(B, H, nc, C, C, dtype=f, device=dev))  # [.., t_q, t_k] decay-matrix probe
-    dl = leaf(torch.zeros(B, H, dtype=f, device=dev) if d is None else d.to(f)[None].expand(B, -1))
-
     angh = ang.permute(0, 2, 1, 3)
     qr = _rotate(qb, angh)
     ks = _rotate(kb, angh) * ts[..., None, None]
-    psiv = vl.permute(0, 2, 1, 3)[:, :, :, None, :] * mv[:, :, None]  # [B,H,S,R,P]
-    dphio = _dphio(dout.to(f), None if mimo_o is None else mimo_o.to(f), R)
-    seg = segsum.to(f)
-
-    loss = torch.zeros((), dtype=f, device=dev)
-    state = torch.zeros(B, H, N, P, dtype=f, device=dev)
+    psiv = v.permute(0, 2, 1, 3)[:, :, :, None, :] * mv[:, :, None]  # [B,H,S,R,P]
+    state = torch.zeros(B, H, N, P, dtype=qb.dtype, device=qb.device)
+    ys = []
     for c in range(nc):
         s0, s1 = c * C, min(S, (c + 1) * C)
         L = s1 - s0
@@ -295,24 +269,68 @@ def bwd_bwd_golden(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs,
         kc = ks[:, :, s0:s1].reshape(B, H, L * R, N)
         pc = psiv[:, :, s0:s1].reshape(B, H, L * R, P)
         y = e_cs[:, :, s0:s1].repeat_interleave(R, -1)[..., None] * (qc @ state)
-        tril = torch.tril(torch.ones(L, L, dtype=f, device=dev), -1)
-        w = torch.exp(seg[:, :, c, :L, :L]) * tril + xw[:, :, c, :L, :L]  # [t_q, t_k]
+        tril = torch.tril(torch.ones(L, L, dtype=qb.dtype, device=qb.device), -1)
+        w = torch.exp(segsum[:, :, c, :L, :L]) * tril + xw[:, :, c, :L, :L]  # [t_q, t_k]
         w = w.repeat_interleave(R, -1).repeat_interleave(R, -2)
         y = y + ((qc @ kc.transpose(-1, -2)) * w) @ pc
         qkdot = qb[:, :, s0:s1] @ kb[:, :, s0:s1].transpose(-1, -2)  # [B,H,L,R_out,R_in]
         ydiag = gd[:, :, s0:s1, None, None] * (qkdot @ psiv[:, :, s0:s1])
         y = y + ydiag.reshape(B, H, L * R, P) + dl[:, :, None, None] * pc
-        loss = loss + (y * dphio[:, :, s0:s1].reshape(B, H, L * R, P)).sum()
+        ys.append(y.reshape(B, H, L, R, P))
         kst = kc * e_rev[:, :, s0:s1].repeat_interleave(R, -1)[..., None]
         state = state * torch.exp(a_end[:, :, c])[..., None, None] + kst.transpose(-1, -2) @ pc
+    return torch.cat(ys, dim=2)
 
-    leaves = [qb, kb, vl, mv, ang, ts, gd, a_end, xw, e_rev, e_cs, dl]
-    g = torch.autograd.grad(loss, leaves, allow_unused=True)
-    g = [torch.zeros_like(x) if gi is None else gi for x, gi in zip(leaves, g)]
-    gq, gk, gv, gmv, gang, gts, ggd, gend, gxw, grev, gcs, gdl = g
-    pos = torch.arange(S, device=dev) // C
+
+def _golden_leaves(q, k, v, q_bias, k_bias, mimo_v, da_cs, da_cs_rev, dt, trap, angles, d, C, f):
+    """The quantities the 12 gradients are taken with respect to, from the raw inputs."""
+    B, S, R, G, N = q.shape
+    H = v.shape[2]
+    nc = math.ceil(S / C)
+    gamma, ts = _gammas(dt.to(f), trap.to(f))
+    ends = torch.tensor([min(S, (c + 1) * C) - 1 for c in range(nc)], device=q.device)
     return dict(
-        DQ=_qk_grid_to_dq(gq), DK=_qk_grid_to_dq(gk), DV=gv, DMIMO_V=gmv, DANGLES=gang,
-        DFACTOR=gts, DGAMMA=ggd, DDA=gend[:, :, pos], DSSDA=gxw.transpose(-1, -2).contiguous(),
-        DDA_CS_REV=grev, DDA_CS=gcs, DD=gdl if d is not None else None,
+        qb=_per_head(q.to(f), H) + q_bias.to(f)[None, :, None],
+        kb=_per_head(k.to(f), H) + k_bias.to(f)[None, :, None],
+        v=v.to(f), mv=mimo_v.to(f)[None].expand(B, -1, -1, -1), ang=angles.to(f), ts=ts, gd=gamma,
+        e_cs=torch.exp(da_cs.to(f)), e_rev=torch.exp(da_cs_rev.to(f)), a_end=da_cs.to(f)[:, :, ends],
+        xw=torch.zeros(B, H, nc, C, C, dtype=f, device=q.device),
+        dl=torch.zeros(B, H, dtype=f, device=q.device) if d is None else d.to(f)[None].expand(B, -1),
+    )
+
+
+def forward_output(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs_rev, dt,
+                   trap, segsum, angles, mimo_o=None, d=None, chunk_size: int = 16,
+                   rotary_dim_divisor: int = 4, output_dtype=None) -> torch.Tensor:
+    """The forward per-rank output y [B,H,S,R,P] in the dtype of q (promoted to fp32 at least)."""
+    del dout, states, qk_dot, mimo_o, rotary_dim_divisor, output_dtype
+    f = torch.promote_types(q.dtype, torch.float32)
+    lv = _golden_leaves(q, k, v, q_bias, k_bias, mimo_v, da_cs, da_cs_rev, dt, trap, angles, d, chunk_size, f)
+    return _forward_y(**lv, segsum=segsum.to(f), R=q.shape[2], C=chunk_size)
+
+
+def bwd_bwd_golden(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs_rev, dt,
+                   trap, segsum, angles, mimo_o=None, d=None, chunk_size: int = 16,
+                   rotary_dim_divisor: int = 4, output_dtype=None) -> dict:
+    """The 12 gradients by fp64 autograd of <y, dPhiO> through the forward output.
+
+    ``states`` and ``qk_dot`` are accepted for signature parity and ignored: the golden
+    recomputes the whole forward from its leaves, partial last chunk included.
+    """
+    del states, qk_dot, rotary_dim_divisor, output_dtype
+    f = torch.float64
+    B, S, R, G, N = q.shape
+    C = chunk_size
+    lv = _golden_leaves(q, k, v, q_bias, k_bias, mimo_v, da_cs, da_cs_rev, dt, trap, angles, d, C, f)
+    lv = {name: t.detach().clone().requires_grad_(True) for name, t in lv.items()}
+    y = _forward_y(**lv, segsum=segsum.to(f), R=R, C=C)
+    dphio = _dphio(dout.to(f), None if mimo_o is None else mimo_o.to(f), R)
+    g = dict(zip(lv, torch.autograd.grad((y * dphio).sum(), list(lv.values()), allow_unused=True)))
+    g = {name: torch.zeros_like(lv[name]) if gi is None else gi for name, gi in g.items()}
+    pos = torch.arange(S, device=q.device) // C
+    return dict(
+        DQ=_qk_grid_to_dq(g["qb"]), DK=_qk_grid_to_dq(g["kb"]), DV=g["v"], DMIMO_V=g["mv"],
+        DANGLES=g["ang"], DFACTOR=g["ts"], DGAMMA=g["gd"], DDA=g["a_end"][:, :, pos],
+        DSSDA=g["xw"].transpose(-1, -2).contiguous(), DDA_CS_REV=g["e_rev"], DDA_CS=g["e_cs"],
+        DD=g["dl"] if d is not None else None,
     )
