@@ -96,10 +96,17 @@ def _check_meta(meta: Mapping) -> None:
         raise RunStoreError(f"run metadata: timing_kind must be one of {TIMING_KINDS}, got {kind!r}")
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a hidden sibling, then rename it over ``path`` (readers never see half)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 class RunWriter:
@@ -146,7 +153,7 @@ def create_run(out_root: str | os.PathLike, name: str, meta: Mapping) -> Iterato
     try:
         yield writer
         full["tables"] = list(writer.tables)
-        _write_text_atomic(tmp / META_FILE, json.dumps(full, indent=1, default=str, sort_keys=True))
+        write_text_atomic(tmp / META_FILE, json.dumps(full, indent=1, default=str, sort_keys=True))
         try:
             os.rename(tmp, final)
         except OSError as e:

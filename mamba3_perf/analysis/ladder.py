@@ -39,13 +39,6 @@ def variant_order(variants: Iterable[str]) -> list[str]:
     return sorted(vs, key=lambda v: (rank.get(v, len(LADDER) + (v == TILELANG)), v))
 
 
-def parent_of(variant: str) -> str | None:
-    """The ladder step before ``variant`` (None for stage0 and non-ladder variants)."""
-    if variant in LADDER and LADDER.index(variant) > 0:
-        return LADDER[LADDER.index(variant) - 1]
-    return None
-
-
 # ------------------------------------------------------------------------- recorded baseline
 
 
@@ -187,8 +180,8 @@ def _geomean(x: pd.Series) -> float:
 class LadderSummary:
     """Geometric means per variant over the cases stage0 can run.
 
-    ``per_variant`` columns: variant, parent, geomean_speedup_vs_stage0, geomean_step_speedup
-    (vs the parent stage, over cases both ran), geomean_ratio_vs_tilelang, n_cases, missing
+    ``per_variant`` columns: variant, parent (the previous ladder step present in the table),
+    geomean_speedup_vs_stage0, geomean_step_speedup (vs the parent, over cases both ran), geomean_ratio_vs_tilelang, n_cases, missing
     (cases stage0 ran that this variant did not run "ok"). ``stage0_not_runnable`` lists the
     cases left out of every mean with stage0's reason.
     """
@@ -207,10 +200,11 @@ def summarize_ladder(table: pd.DataFrame) -> LadderSummary:
     by = table.assign(_ok_us=ok_us).pivot_table(index="case_id", columns="variant",
                                                  values="_ok_us", aggfunc="first", dropna=False)
     rows = []
+    present = [v for v in variant_order(table["variant"]) if v in LADDER]
     for v in variant_order(table["variant"]):
         sub = table[(table["variant"] == v) & table["case_id"].isin(runnable)]
         ok_cases = set(sub.loc[sub["status"] == "ok", "case_id"])
-        parent = parent_of(v)
+        parent = present[present.index(v) - 1] if v in present and present.index(v) > 0 else None
         step = math.nan
         if parent is not None and parent in by.columns and v in by.columns:
             pv = by.loc[by.index.isin(runnable), [parent, v]].dropna()

@@ -72,6 +72,8 @@ def test_summary_geomean_and_unrunnable():
     assert pv.loc["prod", "geomean_speedup_vs_stage0"] == pytest.approx(4.0)
     assert pv.loc["prod", "missing"] == ("N32_P64_R4_C16",)
     assert pv.loc["stage1_pre", "geomean_step_speedup"] == pytest.approx(math.sqrt(2.0))
+    assert pv.loc["prod", "parent"] == "stage1_pre"  # the previous step present in the run
+    assert pv.loc["prod", "geomean_step_speedup"] == pytest.approx(2.0)
     assert s.stage0_not_runnable == (("N256_P64_R4_C8", "smem 300 KB > 227 KB"),)
     assert variant_order(["tilelang", "zz", "prod", "stage0"]) == ["stage0", "prod", "zz", "tilelang"]
 

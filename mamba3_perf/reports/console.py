@@ -1,0 +1,109 @@
+"""Rich tables rendered to plain text: run summary, ladder means, stage breakdown, comparison.
+
+Cells are built as :class:`rich.text.Text`, so names from tables are never read as markup.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mamba3_perf.analysis.ladder import LadderSummary
+
+
+def render(table: Table, *, width: int = 160) -> str:
+    """A rich table as plain text (no colour codes)."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False).print(table)
+    return buf.getvalue()
+
+
+def _num(v, fmt: str = "{:.4g}", suffix: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "-"
+    return fmt.format(v) + suffix
+
+
+def _pct(v) -> str:
+    return _num(v if v is None or pd.isna(v) else 100.0 * v, "{:.1f}", "%")
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    t = Table(title=Text(title), show_lines=False)
+    for c in columns:
+        t.add_column(Text(c), overflow="fold")
+    for r in rows:
+        t.add_row(*(Text("" if v is None else str(v)) for v in r))
+    return t
+
+
+def run_summary(table: pd.DataFrame, *, title: str = "Run summary", width: int = 160) -> str:
+    """Per case and variant: status, median, spread, speedup, TileLang ratio, fractions of limits.
+
+    ``table``: :func:`~mamba3_perf.analysis.ladder.ladder_table` output, optionally with the
+    columns of :func:`~mamba3_perf.analysis.limits.with_limits`.
+    """
+    cols = ["case", "variant", "status", "median µs", "p10-p90 µs", "vs stage0", "vs TileLang",
+            "HBM roofline", "serial bound", "reason"]
+    rows = []
+    for r in table.to_dict("records"):
+        src = r.get("tilelang_source")
+        ratio = _num(r.get("ratio_vs_tilelang"), "{:.3g}", "x")
+        if ratio != "-" and src == "recorded":
+            ratio += " (rec)"
+        spread = "-" if pd.isna(r.get("p10_us")) else f"{r['p10_us']:.4g}-{r['p90_us']:.4g}"
+        rows.append([r["case_id"], r["variant"], r["status"], _num(r.get("median_us")), spread,
+                     _num(r.get("speedup_vs_stage0"), "{:.2f}", "x"), ratio,
+                     _pct(r.get("frac_hbm_roofline")), _pct(r.get("frac_serial_bound")),
+                     "" if r["status"] == "ok" or pd.isna(r.get("reason")) else r["reason"]])
+    return render(_table(title, cols, rows), width=width)
+
+
+def ladder_means(summary: LadderSummary, *, width: int = 160) -> str:
+    """Geometric means per variant, then the cases stage0 cannot run."""
+    cols = ["variant", "vs stage0 (geomean)", "step vs parent", "vs TileLang (geomean)", "cases",
+            "missing"]
+    rows = [[r["variant"], _num(r["geomean_speedup_vs_stage0"], "{:.2f}", "x"),
+             _num(r["geomean_step_speedup"], "{:.2f}", "x"),
+             _num(r["geomean_ratio_vs_tilelang"], "{:.3g}", "x"), r["n_cases"],
+             ", ".join(r["missing"])] for r in summary.per_variant.to_dict("records")]
+    out = render(_table("Ladder (over the cases stage0 runs)", cols, rows), width=width)
+    if summary.stage0_not_runnable:
+        nr = [[c, why] for c, why in summary.stage0_not_runnable]
+        out += render(_table("Cases stage0 cannot run (left out of the means)", ["case", "reason"], nr),
+                      width=width)
+    return out
+
+
+def breakdown_table(breakdown: pd.DataFrame, *, title: str = "Stage breakdown",
+                    width: int = 160) -> str:
+    """A breakdown frame (stage_tag, total_us, share, count, metric means) as a table.
+
+    Metric columns that are empty throughout are left out; a ``variant`` column is kept first.
+    """
+    lead = [c for c in ("variant", "stage_tag", "total_us", "share", "count") if c in breakdown.columns]
+    rest = [c for c in breakdown.columns if c not in lead and breakdown[c].notna().any()]
+    rows = []
+    for r in breakdown.to_dict("records"):
+        row = []
+        for c in lead + rest:
+            v = r[c]
+            row.append(_pct(v) if c == "share" else _num(v) if isinstance(v, float) else
+                       ("-" if pd.isna(v) else str(v)))
+        rows.append(row)
+    return render(_table(title, lead + rest, rows), width=width)
+
+
+def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
+                  width: int = 160) -> str:
+    """:func:`~mamba3_perf.analysis.compare.compare_runs` output as a table."""
+    cols = ["case", "variant", "status a", "status b", "median a µs", "median b µs", "delta",
+            "spread a", "spread b", "verdict"]
+    rows = [[r["case_id"], r["variant"], r["status_a"], r["status_b"], _num(r["median_a_us"]),
+             _num(r["median_b_us"]), _num(r["delta_pct"], "{:+.1f}", "%"), _num(r["spread_a_us"]),
+             _num(r["spread_b_us"]), r["verdict"]] for r in cmp.to_dict("records")]
+    return render(_table(title, cols, rows), width=width)

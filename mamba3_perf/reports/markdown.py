@@ -1,0 +1,167 @@
+"""The optimization record of a run, as markdown.
+
+Sections: what/when/where, baseline and goal, bottleneck found, per-step gains, speedup per
+shape, not-runnable list, gap to GPU TileLang and to the limits. When the run's timing_kind
+is "interpreter" the first line says so: such times are Triton-interpreter times on a CPU and
+say nothing about the device.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
+
+INTERPRETER_WARNING = ("**Timings below are Triton-interpreter timings (CPU), not device timings:"
+                       " speedups, ratios and fractions of limits do not describe the GPU or NPU.**")
+
+
+def _cell(v) -> str:
+    """Table-cell text: HTML-escaped, pipes escaped, one line."""
+    if v is None or (not isinstance(v, (str, tuple, list)) and pd.isna(v)):
+        return "-"
+    return html.escape(str(v), quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _x(v, fmt="{:.2f}x") -> str:
+    return "-" if v is None or pd.isna(v) else fmt.format(v)
+
+
+def _us(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:.4g}"
+
+
+def _md_table(header: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _what_when_where(meta: dict) -> str:
+    versions = meta.get("versions") or {}
+    clocks = meta.get("clocks") or {}
+    rows = [
+        ["device", meta.get("device")], ["backend", meta.get("backend")],
+        ["timing kind", meta.get("timing_kind")], ["created", meta.get("created")],
+        ["command", meta.get("command")], ["git commit", meta.get("git_commit")],
+        ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)],
+        ["driver", meta.get("driver")],
+        ["clocks", ", ".join(f"{k} {v}" for k, v in clocks.items())],
+        ["stages", ", ".join(meta.get("stages") or [])],
+    ]
+    return "## What, when, where\n\n" + _md_table(["", ""], [r for r in rows if r[1]])
+
+
+def _best_variant(table: pd.DataFrame) -> str | None:
+    ladder = [v for v in variant_order(table["variant"]) if v in LADDER]
+    ok = table[table["status"] == "ok"]
+    ran = [v for v in ladder if v in set(ok["variant"])]
+    return ran[-1] if ran else None
+
+
+def _baseline_and_goal(summary: LadderSummary, best: str | None) -> str:
+    pv = summary.per_variant.set_index("variant")
+    lines = ["## Baseline and goal", "",
+             "Baseline: `stage0`, one Triton program per (b, h) doing the whole chunk loop. "
+             "Goal: reach the GPU TileLang kernel's time on the same shapes, then the limits "
+             "(HBM roofline, matmul FLOPs, the reverse scan's serial chain)."]
+    if best is not None and best in pv.index:
+        r = pv.loc[best]
+        lines += ["", f"Latest step `{_cell(best)}`: {_x(r['geomean_speedup_vs_stage0'])} vs stage0 "
+                  f"and {_x(r['geomean_ratio_vs_tilelang'], '{:.3g}x')} of TileLang's time (geometric means "
+                  f"over {int(r['n_cases'])} cases)."]
+    return "\n".join(lines)
+
+
+def _bottleneck(breakdown: pd.DataFrame | None, best: str | None) -> str:
+    head = "## Bottleneck found\n\n"
+    if breakdown is None or breakdown.empty:
+        return head + "No kernel trace in this run: no stage breakdown."
+    parts = []
+    groups = breakdown.groupby("variant", sort=False) if "variant" in breakdown.columns else [(None, breakdown)]
+    for variant, bd in groups:
+        if variant is not None and best is not None and variant != best and len(breakdown["variant"].unique()) > 1:
+            continue
+        top = bd.sort_values("total_us", ascending=False).iloc[0]
+        metrics = [c for c in bd.columns
+                   if c not in ("variant", "stage_tag", "total_us", "share", "count")
+                   and pd.api.types.is_numeric_dtype(bd[c]) and not pd.isna(top[c])]
+        util = ", ".join(f"{c} {top[c]:.3g}" for c in metrics) or "no utilization metrics in the trace"
+        who = f"`{_cell(variant)}`: " if variant is not None else ""
+        share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
+        parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of device "
+                     f"time ({_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}.")
+    return head + "\n".join(parts)
+
+
+def _step_gains(summary: LadderSummary) -> str:
+    rows = [[r["variant"], r["parent"] or "-", _x(r["geomean_step_speedup"]),
+             _x(r["geomean_speedup_vs_stage0"]), _x(r["geomean_ratio_vs_tilelang"], "{:.3g}x"), r["n_cases"],
+             ", ".join(r["missing"]) or "-"]
+            for r in summary.per_variant.to_dict("records")]
+    return ("## Per-step gains\n\nGeometric means over the cases stage0 runs; "
+            "TileLang column is time / TileLang time.\n\n"
+            + _md_table(["step", "parent", "step gain", "vs stage0", "vs TileLang", "cases",
+                         "not ok on"], rows))
+
+
+def _per_shape(table: pd.DataFrame) -> str:
+    variants = [v for v in variant_order(table["variant"]) if v in LADDER]
+    piv = table.pivot_table(index="case_id", columns="variant", values="speedup_vs_stage0",
+                            aggfunc="first", dropna=False)
+    rows = [[cid] + [_x(piv.at[cid, v]) if v in piv.columns else "-" for v in variants]
+            for cid in piv.index]
+    return "## Speedup per shape (vs stage0)\n\n" + _md_table(["case", *variants], rows)
+
+
+def _not_runnable(table: pd.DataFrame) -> str:
+    bad = table[table["status"] != "ok"]
+    if bad.empty:
+        return "## Not runnable\n\nEvery variant ran and passed on every case."
+    rows = [[r["variant"], r["case_id"], r["status"], r["reason"]] for r in bad.to_dict("records")]
+    return "## Not runnable or wrong\n\n" + _md_table(["variant", "case", "status", "reason"], rows)
+
+
+def _gaps(table: pd.DataFrame, best: str | None) -> str:
+    head = "## Gap to GPU TileLang and to the limits\n\n"
+    if best is None:
+        return head + "No ladder step ran ok."
+    sub = table[(table["variant"] == best) & (table["status"] == "ok")]
+    has_lim = "lower_bound_us" in sub.columns
+    rows = []
+    for r in sub.to_dict("records"):
+        src = r.get("tilelang_source")
+        rows.append([r["case_id"], _us(r["median_us"]), _us(r.get("tilelang_us")),
+                     "-" if pd.isna(src) else src, _x(r.get("ratio_vs_tilelang"), "{:.3g}x"),
+                     _us(r.get("hbm_roofline_us")) if has_lim else "-",
+                     _us(r.get("serial_bound_us")) if has_lim else "-",
+                     r.get("bound_by") if has_lim else "-",
+                     _x(r["median_us"] / r["lower_bound_us"]) if has_lim and r.get("lower_bound_us") else "-"])
+    return (head + f"Step `{_cell(best)}`; times in µs; last column is time / max(lower bounds).\n\n"
+            + _md_table(["case", "time", "TileLang", "source", "vs TileLang", "HBM roofline",
+                         "serial bound", "bound by", "vs bound"], rows))
+
+
+def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary, *,
+                        breakdown: pd.DataFrame | None = None, title: str | None = None) -> str:
+    """The record as markdown.
+
+    ``meta`` is the run's run.json; ``table`` is ladder_table output (with_limits columns
+    optional); ``summary`` is summarize_ladder(table); ``breakdown`` has stage_tag, total_us,
+    share, count, metric means, optionally per ``variant``.
+    """
+    best = _best_variant(table)
+    name = title or f"bwd_bwd optimization record: {meta.get('device') or 'unknown device'}"
+    blocks = []
+    if meta.get("timing_kind") == "interpreter":
+        blocks.append(INTERPRETER_WARNING)
+    blocks += [f"# {_cell(name)}", _what_when_where(meta), _baseline_and_goal(summary, best),
+               _bottleneck(breakdown, best), _step_gains(summary), _per_shape(table),
+               _not_runnable(table), _gaps(table, best)]
+    if summary.stage0_not_runnable:
+        blocks.append("Cases left out of the means because stage0 cannot run them: "
+                      + ", ".join(f"{_cell(c)} ({_cell(w)})" for c, w in summary.stage0_not_runnable)
+                      + ".")
+    return "\n\n".join(blocks) + "\n"

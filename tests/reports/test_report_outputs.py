@@ -1,0 +1,79 @@
+"""Console, markdown, charts and timeline outputs from synthetic frames; HTML escaping."""
+import pandas as pd
+
+from mamba3_perf.analysis.ladder import (
+    ladder_table, load_gpu_baseline, resolve_cases, summarize_ladder,
+)
+from mamba3_perf.analysis.limits import H200, with_limits
+from mamba3_perf.reports import write_html
+from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
+from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary
+from mamba3_perf.reports.markdown import INTERPRETER_WARNING, optimization_record
+from mamba3_perf.reports.timeline import timeline_figure, write_timeline
+
+from synthetic_run import EVIL, events, timings
+
+
+def _table(kind="interpreter"):
+    t = timings(kind)
+    cases = resolve_cases(t["case_id"])
+    return with_limits(ladder_table(t, cases=cases, baseline=load_gpu_baseline()), cases, H200)
+
+
+def test_console_summary():
+    table = _table()
+    text = run_summary(table)
+    assert "N64_P64_R4_C16" in text and "4.00x" in text and "(rec)" in text
+    assert "not runnable" in text
+    means = ladder_means(summarize_ladder(table))
+    assert "N256_P64_R4_C8" in means and "stage0 cannot run" in means
+    bd = pd.DataFrame({"stage_tag": ["scan", "[bold]aux[/bold]"], "total_us": [12.0, 3.0],
+                       "share": [0.8, 0.2], "count": [1, 1], "tensor_pipe_pct": [2.0, float("nan")],
+                       "aic_mac_ratio": [float("nan")] * 2})
+    out = breakdown_table(bd)
+    assert "80.0%" in out and "tensor_pipe_pct" in out and "aic_mac_ratio" not in out
+    assert "[bold]aux[/bold]" in out  # markup in names is shown as text
+
+
+def test_markdown_record():
+    table = _table()
+    md = optimization_record({"timing_kind": "interpreter", "device": "cpu", "git_commit": "abc"},
+                             table, summarize_ladder(table))
+    assert md.splitlines()[0] == INTERPRETER_WARNING
+    assert "interpreter" in md.splitlines()[0].lower()
+    for section in ("## What, when, where", "## Baseline and goal", "## Bottleneck found",
+                    "## Per-step gains", "## Speedup per shape", "## Not runnable",
+                    "## Gap to GPU TileLang and to the limits"):
+        assert section in md
+    assert EVIL not in md and "&lt;script&gt;" in md and "\\|" in md
+    dev = optimization_record({"timing_kind": "device", "device": "NVIDIA H200"}, _table("device"),
+                              summarize_ladder(_table("device")),
+                              breakdown=pd.DataFrame({"stage_tag": ["scan", "aux"], "total_us": [9.0, 1.0],
+                                                      "share": [0.9, 0.1], "count": [2, 1],
+                                                      "tensor_pipe_pct": [6.8, 1.0]}))
+    assert dev.startswith("# ") and "**scan** dominates with 90%" in dev and "tensor_pipe_pct 6.8" in dev
+
+
+def test_charts_escape_and_write(tmp_path):
+    table = _table()
+    fig = speedup_ladder_chart(table)
+    assert {tr.name for tr in fig.data} == {"N64_P64_R4_C16", "N32_P64_R4_C16", "N256_P64_R4_C8"}
+    bd = pd.DataFrame({"variant": ["prod", "prod", EVIL], "stage_tag": ["scan", "aux", "fused"],
+                       "total_us": [3.0, 1.0, 5.0]})
+    p = write_html(stage_breakdown_chart(bd), tmp_path / "bd.html")
+    html = p.read_text()
+    assert EVIL not in html and "plotly" in html
+    assert [f.name for f in tmp_path.iterdir()] == ["bd.html"]  # no temp file left
+
+
+def test_timeline_escapes_names(tmp_path):
+    ev = events()
+    fig = timeline_figure(ev)
+    assert {tr.name for tr in fig.data} == {"aux", "scan", "post", "fused"}
+    post = next(tr for tr in fig.data if tr.name == "post")
+    assert post.customdata[0][0] == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    scan = next(tr for tr in fig.data if tr.name == "scan")
+    assert "tensor_pipe_pct: 2" in scan.customdata[0][3]
+    assert list(next(tr for tr in fig.data if tr.name == "fused").base) == [0.0]  # aligned per variant
+    html = write_timeline(ev.assign(variant=EVIL), tmp_path / "t.html", title=EVIL).read_text()
+    assert EVIL not in html and "alert(1)" in html
