@@ -11,18 +11,14 @@ from mamba3_perf.cli import app
 from mamba3_perf.errors import RunStoreError
 
 
-def _events_breakdown(events: pd.DataFrame) -> pd.DataFrame:
-    """Per variant and stage tag: total µs, share of the variant's time, count, metric means."""
-    from mamba3_perf.traces.schema import METRIC_COLUMNS
+def _breakdown(events: pd.DataFrame) -> pd.DataFrame:
+    """Stage breakdown of the whole-kernel rows (region rows would count kernels twice)."""
+    from mamba3_perf.analysis.breakdown import stage_breakdown
 
-    ev = events.assign(variant=events["variant"].astype("string").fillna("?"))
-    metrics = [c for c in METRIC_COLUMNS if c in ev.columns and ev[c].notna().any()]
-    g = ev.groupby(["variant", "stage_tag"], sort=False)
-    out = g["dur_us"].agg(total_us="sum", count="size").reset_index()
-    if metrics:
-        out = out.merge(g[metrics].mean().reset_index(), on=["variant", "stage_tag"])
-    out["share"] = out["total_us"] / out.groupby("variant")["total_us"].transform("sum")
-    return out[["variant", "stage_tag", "total_us", "share", "count", *metrics]]
+    if "region" in events.columns and events["region"].notna().any():
+        events = events[events["region"].isna()]
+    bd = stage_breakdown(events)
+    return bd if "variant" in bd.columns else bd.assign(variant="(all)")
 
 
 @app.command()
@@ -48,7 +44,7 @@ def report(
     table = with_limits(ladder_table(timings, cases=cases, baseline=load_gpu_baseline()), cases,
                         device_for(run.meta.get("device")))
     summary = summarize_ladder(table)
-    breakdown = _events_breakdown(run.table("events")) if run.has("events") else None
+    breakdown = _breakdown(run.table("events")) if run.has("events") else None
     md_path = out or run.path / "report.md"
     write_text_atomic(md_path, optimization_record(run.meta, table, summary, breakdown=breakdown))
     written = [md_path, write_html(speedup_ladder_chart(table), md_path.with_name(md_path.stem + "-ladder.html"))]
