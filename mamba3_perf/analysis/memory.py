@@ -37,16 +37,11 @@ def _B(name, shape, count=1, where="smem", dtype_bytes=4) -> Buffer:
     return Buffer(name, tuple(shape), dtype_bytes, where, count)
 
 
-_SCAN_FULL = (
-    _B("dstates", ("N", "P"), where="regs"),
-    _B("states tile", ("N", "P")),
-    _B("q, k", ("CR", "N"), 2),
-    _B("dPhiO, PsiV", ("CR", "P"), 2),
-)
-_SCAN_NBLOCK = (
-    _B("dstates block", ("BN", "P"), where="regs"),
-    _B("states block", ("BN", "P")),
-    _B("q, k blocks", ("CR", "BN"), 2),
+# The scan holds an N block of BN rows: BN = N except in the N-blocked stages (see dims()).
+_SCAN = (
+    _B("dstates [BN,P]", ("BN", "P"), where="regs"),
+    _B("states tile [BN,P]", ("BN", "P")),
+    _B("q, k [CR,BN]", ("CR", "BN"), 2),
     _B("dPhiO, PsiV", ("CR", "P"), 2),
 )
 _AUX = (
@@ -67,13 +62,13 @@ STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
         _B("lkq, dkq", ("CR", "CR"), 2),
         _B("dq, dk", ("CR", "N"), 2, where="regs"),
     )},
-    "stage1_pre": {"scan": _SCAN_FULL, "aux": _AUX},
-    "stage2_aux": {"scan": _SCAN_FULL, "aux": _AUX},
+    "stage1_pre": {"scan": _SCAN, "aux": _AUX},
+    "stage2_aux": {"scan": _SCAN, "aux": _AUX},
     # rankfold keeps the shapes (it folds the R=4 rank loop; the buffers are the same)
-    "stage3_rankfold": {"scan": _SCAN_FULL, "aux": _AUX},
-    "stage4_nblock": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
-    "stage5_rankloop": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
-    "prod": {"scan": _SCAN_NBLOCK, "aux": _AUX, "post": _POST},
+    "stage3_rankfold": {"scan": _SCAN, "aux": _AUX},
+    "stage4_nblock": {"scan": _SCAN, "aux": _AUX, "post": _POST},
+    "stage5_rankloop": {"scan": _SCAN, "aux": _AUX, "post": _POST},
+    "prod": {"scan": _SCAN, "aux": _AUX, "post": _POST},
 }
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
