@@ -141,23 +141,29 @@ def _device_pids(path: Path, meta: list[dict]) -> set | None:
 def parse_trace_json(path: str | Path, *, progress: Progress | None = None) -> pd.DataFrame:
     """trace_view.json / msprof_*.json -> KERNEL_EVENTS (source ``trace_view`` / ``msprof_json``).
 
-    Streams the array (ijson); keeps metadata and ``X`` events only, then picks the device
-    process. Memory is bounded by the X events kept, not by the file.
+    Streams the array (ijson); keeps metadata and the ``X`` events that can be device tasks
+    (in an announced device process, or with ``Task Id`` / ``Task Type`` args), then picks the
+    device process. Memory is bounded by the device tasks, not by the file.
     """
     path = Path(path)
     source = "msprof_json" if path.name.startswith("msprof") else "trace_view"
     meta: list[dict] = []
     tasks: list[tuple] = []  # (pid, tid, ts, dur, name, task type)
+    hardware: set = set()  # device pids announced so far
     for e in iter_json_items(path, "item", progress):
         if not isinstance(e, dict):
             raise ParseError(f"{path}: array item is {type(e).__name__}, not a trace event")
         ph = e.get("ph")
         if ph == "M":
             meta.append(e)
+            if e.get("name") == "process_name" and (e.get("args") or {}).get("name") == DEVICE_PROCESS:
+                hardware.add(e.get("pid"))
         elif ph == "X":
             args = e.get("args") or {}
-            tasks.append((e.get("pid"), e.get("tid"), e.get("ts"), e.get("dur"), e.get("name"),
-                          args.get("Task Type")))
+            # keep only device-task candidates (memory bound): a known device pid, or task args
+            if e.get("pid") in hardware or "Task Id" in args or "Task Type" in args:
+                tasks.append((e.get("pid"), e.get("tid"), e.get("ts"), e.get("dur"), e.get("name"),
+                              args.get("Task Type")))
     pids = _device_pids(path, meta)
     if pids is None:
         warnings.warn(f"{path}: no process_name metadata; taking events with a 'Task Type' arg "

@@ -1,0 +1,69 @@
+"""stage_breakdown on hand-made KERNEL_EVENTS frames (numbers checked by hand) and a real trace."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mamba3_perf.analysis.breakdown import stage_breakdown
+from mamba3_perf.traces.schema import METRIC_COLUMNS, conform, empty
+
+
+def _events(rows):
+    df = pd.DataFrame(rows)
+    df["source"], df["device"] = "kineto", "0"
+    df["start_us"] = np.arange(len(df), dtype=float)
+    return conform(df)
+
+
+def test_time_share_count_and_weighted_metrics():
+    df = _events([
+        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 30.0, "aic_mac_ratio": 0.2},
+        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 10.0, "aic_mac_ratio": 0.6},
+        {"kernel_name": "b", "stage_tag": "pre", "dur_us": 10.0},
+        {"kernel_name": "c", "stage_tag": "host", "dur_us": 50.0, "aic_mac_ratio": 0.9, "calls": 4},
+    ])
+    out = stage_breakdown(df)
+    assert out.stage_tag.tolist() == ["pre", "scan", "host"]  # ladder order
+    assert out.total_us.tolist() == [10.0, 40.0, 50.0]
+    assert out.share.tolist() == [0.1, 0.4, 0.5]
+    assert out["count"].tolist() == [1, 2, 4]  # calls where given
+    assert out.aic_mac_ratio[1] == pytest.approx((30 * 0.2 + 10 * 0.6) / 40)  # 0.3
+    assert np.isnan(out.aic_mac_ratio[0])
+    assert list(out.columns[-len(METRIC_COLUMNS):]) == list(METRIC_COLUMNS)
+
+
+def test_per_variant_shares_sum_to_one_each():
+    df = _events([
+        {"kernel_name": "f", "stage_tag": "fused", "variant": "stage0", "dur_us": 100.0},
+        {"kernel_name": "p", "stage_tag": "pre", "variant": "prod", "dur_us": 20.0},
+        {"kernel_name": "s", "stage_tag": "scan", "variant": "prod", "dur_us": 60.0},
+    ])
+    out = stage_breakdown(df)
+    assert out[["variant", "stage_tag"]].values.tolist() == [["prod", "pre"], ["prod", "scan"], ["stage0", "fused"]]
+    assert out.share.tolist() == [0.25, 0.75, 1.0]
+
+
+def test_empty_input_keeps_columns():
+    out = stage_breakdown(empty())
+    assert len(out) == 0
+    assert list(out.columns) == ["stage_tag", "total_us", "share", "count", *METRIC_COLUMNS]
+
+
+def test_mixing_kernel_and_region_rows_is_refused():
+    df = _events([{"kernel_name": "f", "stage_tag": "fused", "dur_us": 10.0},
+                  {"kernel_name": "f", "stage_tag": "fused", "region": "scan", "dur_us": 4.0}])
+    with pytest.raises(ValueError, match="mixes"):
+        stage_breakdown(df)
+    out = stage_breakdown(df[df.region.notna()])
+    assert out.region.tolist() == ["scan"] and out.total_us.tolist() == [4.0]
+
+
+def test_real_op_summary_breakdown():
+    from mamba3_perf.traces import load
+
+    data = Path(__file__).resolve().parents[1] / "data" / "ascend" / "real_cann_minimal"
+    out = stage_breakdown(load(data))
+    # two sanitized_kernel tasks: 42399.120 + 42058.480 us; aic_scalar_ratio 0.841 and 0.947
+    assert out.total_us.tolist() == [pytest.approx(84457.6)]
+    assert out.aic_scalar_ratio[0] == pytest.approx((42399.12 * 0.841 + 42058.48 * 0.947) / 84457.6)

@@ -1,0 +1,28 @@
+"""perf import through typer's CliRunner."""
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import mamba3_perf.cli.traces  # noqa: F401  (registers `import` on the app)
+from mamba3_perf.cli import app
+from mamba3_perf.runs import read_run
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_import_prints_breakdown_and_stores_events(tmp_path):
+    res = CliRunner().invoke(app, ["import", str(DATA / "ascend" / "mstt" / "trace_view.json"),
+                                   "--case", "c1", "--stage", "stage0", "--out", str(tmp_path), "--name", "tv"])
+    assert res.exit_code == 0, res.output
+    assert "Stage breakdown" in res.output and "host" in res.output and "276 events" in res.output
+    events = read_run(tmp_path / "tv").table("events")
+    assert len(events) == 276 and set(events.case_id) == {"c1"} and set(events.variant) == {"stage0"}
+
+
+def test_import_help_and_bad_input(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["import", "--help"]).exit_code == 0
+    bad = tmp_path / "x.json"
+    bad.write_text("")
+    res = runner.invoke(app, ["import", str(bad)])
+    assert res.exit_code != 0 and "empty" in str(res.exception)

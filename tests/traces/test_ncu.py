@@ -1,0 +1,63 @@
+"""ncu CSV parser against the H200 files; values read by hand from the CSVs."""
+from pathlib import Path
+
+import pytest
+
+from mamba3_perf.errors import ParseError
+from mamba3_perf.traces import load, parse_ncu
+
+H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
+
+
+def test_raw_page():
+    # gpu__time_duration.sum ns "30,848"; tensor hmma avg 66.08; alu 7.49; issue 20.81; dram thr 11.37;
+    # warps active 11.98; dram__bytes_read.sum "16,788,736"; launch__grid_size 256; registers 168;
+    # shared_mem static 0 + dynamic "49,152"
+    r = parse_ncu(H200 / "ncu_raw.csv").iloc[0]
+    assert (r.kernel_name, r.device, r.stream, r.grid, r.block) == ("mm", "0", "7", "16,16,1", "128,1,1")
+    assert r.dur_us == 30.848
+    assert (r.tensor_pipe_pct, r.alu_pipe_pct, r.issue_active_pct) == (66.08, 7.49, 20.81)
+    assert (r.dram_throughput_pct, r.warps_active_pct, r.dram_bytes) == (11.37, 11.98, 16788736.0)
+    assert (r.block_dim, r.registers_per_thread, r.smem_bytes) == (256, 168, 49152)
+    assert (r.source, r.start_us, r.start_kind) == ("ncu", 0.0, "serialized")
+
+
+def test_metrics_page():
+    # dram__bytes_read.sum "16,788,992"; gpu__time_duration.sum "30,752"; hmma 66.45; alu 7.53; issue 20.93
+    r = parse_ncu(H200 / "ncu_metrics.csv").iloc[0]
+    assert (r.dur_us, r.dram_bytes, r.tensor_pipe_pct, r.alu_pipe_pct, r.issue_active_pct) == (
+        30.752, 16788992.0, 66.45, 7.53, 20.93)
+    assert (r.dram_throughput_pct, r.warps_active_pct) == (11.40, 11.96)
+
+
+def test_details_page_display_names():
+    # Duration ns "30,208"; DRAM Throughput 11.66; One or More Eligible 21.40; Achieved Occupancy 11.96
+    r = load(H200 / "ncu_details.csv").iloc[0]
+    assert (r.dur_us, r.dram_throughput_pct, r.issue_active_pct, r.warps_active_pct) == (30.208, 11.66, 21.40, 11.96)
+    assert r.block_dim == 256  # from Grid Size (16, 16, 1)
+    assert r.tensor_pipe_pct != r.tensor_pipe_pct  # not on the details page: NaN
+
+
+def test_several_launches_serialized_in_id_order(tmp_path):
+    head = '"ID","Kernel Name","Stream","Metric Name","Metric Unit","Metric Value"\n'
+    f = tmp_path / "ncu.csv"
+    f.write_text("==PROF== Connected\n" + head +
+                 '"1","bwd_bwd_scan_kernel","7","gpu__time_duration.sum","usecond","2.5"\n'
+                 '"0","bwd_bwd_pre_kernel","7","gpu__time_duration.sum","msecond","0.001"\n')
+    df = parse_ncu(f)
+    assert df.kernel_name.tolist() == ["bwd_bwd_pre_kernel", "bwd_bwd_scan_kernel"]
+    assert df.dur_us.tolist() == [1.0, 2.5] and df.start_us.tolist() == [0.0, 1.0]
+    assert df.stage_tag.tolist() == ["pre", "scan"] and df.device.tolist() == ["cuda", "cuda"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("==PROF== Connected to process 1\n==PROF== Disconnected\n", "no ncu CSV lines"),
+    ('"a","b"\n"1","2"\n', "no 'ID' column"),
+    ('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n"0","k","sm__x","%","1"\n', "no duration metric"),
+    ('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n"0","k","Duration","ns","fast"\n', "not a number"),
+])
+def test_bad_ncu_raises(tmp_path, text, message):
+    f = tmp_path / "ncu.csv"
+    f.write_text(text)
+    with pytest.raises(ParseError, match=message):
+        parse_ncu(f)
