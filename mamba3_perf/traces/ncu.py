@@ -19,6 +19,7 @@ noise, a header without ``ID`` / ``Kernel Name``, or a launch without a duration
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -111,13 +112,6 @@ def _dims(cell: str | None) -> str | None:
     return ",".join(p.strip() for p in cell.strip("()").split(","))
 
 
-def _product(dims: str) -> int:
-    n = 1
-    for d in dims.split(","):
-        n *= int(d)
-    return n
-
-
 def parse_ncu(path: str | Path) -> pd.DataFrame:
     """An ncu ``--csv`` export (raw, details or --metrics page) -> KERNEL_EVENTS."""
     path = Path(path)
@@ -147,7 +141,7 @@ def parse_ncu(path: str | Path) -> pd.DataFrame:
                 values[col] = sum(parts.values())
         grid = _dims(idc.get("Grid Size"))
         if "block_dim" not in values and grid:
-            values["block_dim"] = _product(grid)
+            values["block_dim"] = math.prod(int(d) for d in grid.split(","))
         out.append({
             "kernel_name": idc["Kernel Name"],
             "device": idc.get("Device") or "cuda",

@@ -15,6 +15,7 @@ Several GPUs in one trace are kept apart in ``device`` (not an error).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -40,12 +41,7 @@ def _dims(v) -> str | None:
 
 
 def _grid_blocks(v) -> int | None:
-    if not isinstance(v, list):
-        return None
-    n = 1
-    for x in v:
-        n *= int(x)
-    return n
+    return math.prod(int(x) for x in v) if isinstance(v, list) else None
 
 
 def parse_kineto(path: str | Path, *, progress: Progress | None = None) -> pd.DataFrame:
