@@ -21,6 +21,8 @@ app = typer.Typer(
 
 # Command modules register themselves on `app` when imported.
 from mamba3_perf.cli import check as _check  # noqa: E402,F401
+from mamba3_perf.cli import reports as _reports  # noqa: E402,F401
+from mamba3_perf.cli import traces as _traces  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,13 +145,145 @@ def load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P,
 
 
 @triton.jit
-def load_decay_blocks(SEGSUM, QKDOT, bhc, bh, tpos, ti, ri, S, C: tl.constexpr, R: tl.constexpr):
-    """Wt[i,j] = exp(segsum[t_j, t_i]) for t_i < t_j (keys by queries), and the block-diagonal
-    QKD[i,j] = qk_dot[t, r_out=r_j, r_in=r_i] for t_i == t_j."""
+def wt_from_segsum(SEGSUM, bhc, ti, C: tl.constexpr):
+    """Wt[i,j] = exp(segsum[t_j, t_i]) for t_i < t_j (keys by queries), else 0."""
     strict = ti[:, None] < ti[None, :]
     seg = tl.load(SEGSUM + (bhc * C + ti[None, :]) * C + ti[:, None], mask=strict, other=0.0)
-    wt = tl.where(strict, tl.exp(seg), 0.0)
+    return tl.where(strict, tl.exp(seg), 0.0)
+
+
+@triton.jit
+def load_qkd(QKDOT, bh, tpos, ti, ri, S, R: tl.constexpr):
+    """Block-diagonal QKD[i,j] = qk_dot[t, r_out=r_j, r_in=r_i] where t_i == t_j, and that mask."""
     same = ti[:, None] == ti[None, :]
     qkd = tl.load(QKDOT + ((bh * S + tpos[:, None]) * R + ri[None, :]) * R + ri[:, None],
                   mask=same, other=0.0).to(tl.float32)
-    return wt, qkd, same
+    return qkd, same
+
+
+# ----------------------------------------------------------------------------- shared math
+@triton.jit
+def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
+                C: tl.constexpr, R: tl.constexpr, HAS_D: tl.constexpr, PREC: tl.constexpr):
+    """Everything of one chunk that does not read dstates, on fused [C*R, *] tiles.
+
+    Returns dssda [C,C] (keys by queries), dgamma [C], dpsiv_loc [CR,P] (intra + diagonal +
+    D), dks_loc [CR,N] (w.r.t. ks), dqr_loc [CR,N] (w.r.t. qr), dq_diag / dk_diag [CR,N]
+    (qk_dot term, w.r.t. qb / kb), dd_part [P].
+    """
+    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)  # [CR(k), CR(q)]
+    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
+    dssda = block_to_time(lkq * dkq, C, R)
+    dgam = vec_to_time(tl.sum(qkd * dkq, axis=1), C, R)
+    dkqw = dkq * wt
+    gd = tl.where(same, dkq, 0.0) * gamma[:, None]
+    dpsiv = tl.dot(lkq * wt, dphio, input_precision=PREC)
+    dpsiv += tl.dot(qkd, dphio, input_precision=PREC) * gamma[:, None]
+    if HAS_D:
+        dpsiv += dskip * dphio
+        dd_part = tl.sum(dphio * psiv, axis=0)
+    else:
+        dd_part = tl.sum(dphio * 0.0, axis=0)
+    dks = tl.dot(dkqw, qr, input_precision=PREC)
+    dqr = tl.dot(tl.trans(dkqw), ks, input_precision=PREC)
+    dq_diag = tl.dot(tl.trans(gd), kb, input_precision=PREC)
+    dk_diag = tl.dot(gd, qb, input_precision=PREC)
+    return dssda, dgam, dpsiv, dks, dqr, dq_diag, dk_diag, dd_part
+
+
+@triton.jit
+def state_q_terms(dphio, st, qr, ecs, C: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr):
+    """Inter-chunk q side (reads the cached state, not dstates): DDA_CS [C] and dqr_inter [CR,N]."""
+    dq_raw = tl.dot(dphio, tl.trans(st), input_precision=PREC)
+    ddacs = vec_to_time(tl.sum(qr * dq_raw, axis=1), C, R)
+    return ddacs, dq_raw * ecs[:, None]
+
+
+@triton.jit
+def state_k_terms(ks, psiv, dstates, erev, PREC: tl.constexpr):
+    """dstates-dependent k side: dpsiv_inter [CR,P], dk_raw [CR,N] (before exp(da_cs_rev))."""
+    dpsiv = tl.dot(ks, dstates, input_precision=PREC) * erev[:, None]
+    dk_raw = tl.dot(psiv, tl.trans(dstates), input_precision=PREC)
+    return dpsiv, dk_raw
+
+
+@triton.jit
+def value_grads(dpsiv, psi, v, C: tl.constexpr, R: tl.constexpr, BP: tl.constexpr):
+    """DV rows [C,P] and this chunk's DMIMO_V part [R,P] from dPsiV."""
+    dv = rows_to_time(dpsiv * psi, C, R, BP)
+    dmv = tl.sum(tl.reshape(dpsiv * v, (C, R, BP)), axis=0)
+    return dv, dmv
+
+
+@triton.jit
+def finalize_qk(DQ, DK, DANG, dqr, dkr, qb, qbp, kb, kbp, cs, sn, dq_diag, dk_diag,
+                b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD,
+                C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr):
+    """Inverse rotary of dqr/dkr, the qk_dot diagonal correction, DANGLES; stores DQ, DK, DANGLES."""
+    CR: tl.constexpr = C * R
+    tc = tl.arange(0, C)
+    jj = tl.arange(0, BRD)
+    g = angle_grad_cols(dqr, qb, qbp, sgn, cs, sn) + angle_grad_cols(dkr, kb, kbp, sgn, cs, sn)
+    dang = rows_to_time(fold_angles(g, jn, rot, RD, BN, BRD), C, R, BRD)
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + jj[None, :], dang,
+             mask=(jj < RD)[None, :])
+    dq = unrotate(dqr, partner, sgn, cs, sn, BN) + dq_diag
+    dk = unrotate(dkr, partner, sgn, cs, sn, BN) + dk_diag
+    mn = n < N
+    orow = ((b * S * R + c * CR + i[:, None]) * H + h) * N + n[None, :]
+    tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn[None, :])
+    tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn[None, :])
+
+
+@triton.jit
+def load_rows(X, bhc, i, cols, ncols, CR: tl.constexpr):
+    """A fused-row scratch tile [CR, len(cols)] of a [B,H,nc,CR,ncols] fp32 buffer."""
+    return tl.load(X + (bhc * CR + i[:, None]) * ncols + cols[None, :],
+                   mask=(cols < ncols)[None, :], other=0.0)
+
+
+@triton.jit
+def store_rows(X, val, bhc, i, cols, ncols, CR: tl.constexpr):
+    tl.store(X + (bhc * CR + i[:, None]) * ncols + cols[None, :], val, mask=(cols < ncols)[None, :])
+
+
+@triton.jit
+def load_angles_cs(ANG, b, h, tpos, n, jn, rot, S, H, N, RD):
+    mn = n < N
+    a = tl.load(ANG + ((b * S + tpos[:, None]) * H + h) * RD + jn[None, :], mask=(rot & mn)[None, :], other=0.0)
+    return tl.cos(a), tl.sin(a)
+
+
+@triton.jit
+def fused_chunk_body(DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
+                     qb, qbp, qr, kb, kbp, kr, cs, sn, gamma, ts, ecs, erev, v, psi, psiv, dphio, wt,
+                     qkd, same, st, decay, dstates, dskip, b, h, c, bh, bhc, i, n, partner, sgn, jn,
+                     rot, p, S, H, N, P, RD, C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr,
+                     BP: tl.constexpr, BRD: tl.constexpr, HAS_D: tl.constexpr, PREC: tl.constexpr):
+    """One chunk of the fused reverse scan, given its loaded tiles: writes every output row of
+    the chunk and returns (dstates for the previous chunk, DMIMO_V part, DD part)."""
+    mp = p < P
+    tc = tl.arange(0, C)
+    ks = kr * ts[:, None]
+    # --- chunk-local terms, then the dstates-dependent ones
+    dssda, dgam, dpsiv, dks, dqr, dq_diag, dk_diag, dd_part = chunk_local(
+        ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip, C, R, HAS_D, PREC)
+    tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
+    tl.store(DGAM + bh * S + c * C + tc, dgam)
+    dpsiv_inter, dk_raw = state_k_terms(ks, psiv, dstates, erev, PREC)
+    dpsiv += dpsiv_inter
+    dv, dmv_c = value_grads(dpsiv, psi, v, C, R, BP)
+    tl.store(DV + ((b * S + c * C + tc[:, None]) * H + h) * P + p[None, :],
+             dv.to(DV.dtype.element_ty), mask=mp[None, :])
+    tl.store(DDACSREV + bh * S + c * C + tc, vec_to_time(tl.sum(ks * dk_raw, axis=1), C, R))
+    dks += dk_raw * erev[:, None]
+    tl.store(DFAC + bh * S + c * C + tc, vec_to_time(tl.sum(kr * dks, axis=1), C, R))
+    dda = decay * tl.sum(tl.sum(st * dstates, axis=1), axis=0)
+    tl.store(DDA + bh * S + c * C + tc, tl.zeros([C], dtype=tl.float32) + dda)
+    ddacs, dq_inter = state_q_terms(dphio, st, qr, ecs, C, R, PREC)
+    tl.store(DDACS + bh * S + c * C + tc, ddacs)
+    finalize_qk(DQ, DK, DANG, dqr + dq_inter, dks * ts[:, None], qb, qbp, kb, kbp, cs, sn,
+                dq_diag, dk_diag, b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD)
+    # dstates becomes the gradient w.r.t. the state entering chunk c
+    dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+    return dstates, dmv_c, dd_part

@@ -7,9 +7,8 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    DEFAULT_PREC, angle_grad_cols, block_to_time, blocks, fold_angles, load_decay_blocks,
-    load_psiv_dphio, load_qk_rotated, rot_cols, rows_to_time, scalar_ptr_or_dummy, step_scalars,
-    unrotate, vec_to_time,
+    DEFAULT_PREC, blocks, fused_chunk_body, load_psiv_dphio, load_qk_rotated, load_qkd, rot_cols,
+    scalar_ptr_or_dummy, step_scalars, wt_from_segsum,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -41,7 +40,6 @@ def bwd_bwd_fused_kernel(
     p = tl.arange(0, BP)
     mp = p < P
     tc = tl.arange(0, C)
-    jj = tl.arange(0, BRD)
     if HAS_D:
         dskip = tl.load(DSKIP + h)
     else:
@@ -58,63 +56,22 @@ def bwd_bwd_fused_kernel(
         gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, tpos, S)
         qb, qbp, qr, cs, sn = load_qk_rotated(Q, QBIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot, S, H, G, N, RD, R)
         kb, kbp, kr, _cs, _sn = load_qk_rotated(K, KBIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot, S, H, G, N, RD, R)
-        ks = kr * ts[:, None]
         v, psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-        wt, qkd, same = load_decay_blocks(SEGSUM, QKDOT, bhc, bh, tpos, ti, ri, S, C, R)
+        wt = wt_from_segsum(SEGSUM, bhc, ti, C)
+        qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
         da_end = tl.load(DACS + bh * S + c * C + C - 1)
         decay = tl.exp(da_end)
         st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
                      mask=mn[:, None] & mp[None, :], other=0.0).to(tl.float32)
 
-        # --- chunk-local products
-        lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)  # [CR(k), CR(q)]
-        dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
-        dssda = block_to_time(lkq * dkq, C, R)
-        tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
-        dkqw = dkq * wt
-        gd = tl.where(same, dkq, 0.0) * gamma[:, None]
-        dgam = vec_to_time(tl.sum(qkd * dkq, axis=1), C, R)
-        tl.store(DGAM + bh * S + c * C + tc, dgam)
+        dstates, dmv_c, dd_part = fused_chunk_body(
+            DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
+            qb, qbp, qr, kb, kbp, kr, cs, sn, gamma, ts, ecs, erev, v, psi, psiv, dphio, wt, qkd,
+            same, st, decay, dstates, dskip, b, h, c, bh, bhc, i, n, partner, sgn, jn, rot, p,
+            S, H, N, P, RD, C, R, BN, BP, BRD, HAS_D, PREC)
+        dmv += dmv_c
+        dd += dd_part
 
-        # --- dPsiV: inter-chunk (dstates) + intra-chunk + diagonal + D
-        dpsiv = tl.dot(ks, dstates, input_precision=PREC) * erev[:, None]
-        dpsiv += tl.dot(lkq * wt, dphio, input_precision=PREC)
-        dpsiv += tl.dot(qkd, dphio, input_precision=PREC) * gamma[:, None]
-        if HAS_D:
-            dpsiv += dskip * dphio
-            dd += tl.sum(dphio * psiv, axis=0)
-        dv = rows_to_time(dpsiv * psi, C, R, BP)
-        tl.store(DV + ((b * S + c * C + tc[:, None]) * H + h) * P + p[None, :],
-                 dv.to(DV.dtype.element_ty), mask=mp[None, :])
-        dmv += tl.sum(tl.reshape(dpsiv * v, (C, R, BP)), axis=0)
-
-        # --- dK path (w.r.t. ks, then kr) and the ddA terms it feeds
-        dk_raw = tl.dot(psiv, tl.trans(dstates), input_precision=PREC)  # [CR, BN]
-        tl.store(DDACSREV + bh * S + c * C + tc, vec_to_time(tl.sum(ks * dk_raw, axis=1), C, R))
-        dks = dk_raw * erev[:, None] + tl.dot(dkqw, qr, input_precision=PREC)
-        tl.store(DFAC + bh * S + c * C + tc, vec_to_time(tl.sum(kr * dks, axis=1), C, R))
-        dkr = dks * ts[:, None]
-
-        # --- state passing: ddA, then the dQ path
-        dda = decay * tl.sum(tl.sum(st * dstates, axis=1), axis=0)
-        tl.store(DDA + bh * S + c * C + tc, tl.zeros([C], dtype=tl.float32) + dda)
-        dq_raw = tl.dot(dphio, tl.trans(st), input_precision=PREC)  # [CR, BN]
-        tl.store(DDACS + bh * S + c * C + tc, vec_to_time(tl.sum(qr * dq_raw, axis=1), C, R))
-        dqr = dq_raw * ecs[:, None] + tl.dot(tl.trans(dkqw), ks, input_precision=PREC)
-
-        # --- inverse rotary, angle gradient, diagonal (qk_dot) correction, write-back
-        g = angle_grad_cols(dqr, qb, qbp, sgn, cs, sn) + angle_grad_cols(dkr, kb, kbp, sgn, cs, sn)
-        dang = rows_to_time(fold_angles(g, jn, rot, RD, BN, BRD), C, R, BRD)
-        tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + jj[None, :], dang,
-                 mask=(jj < RD)[None, :])
-        dq = unrotate(dqr, partner, sgn, cs, sn, BN) + tl.dot(tl.trans(gd), kb, input_precision=PREC)
-        dk = unrotate(dkr, partner, sgn, cs, sn, BN) + tl.dot(gd, qb, input_precision=PREC)
-        orow = ((b * S * R + c * CR + i[:, None]) * H + h) * N + n[None, :]
-        tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn[None, :])
-        tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn[None, :])
-
-        # --- dstates now becomes the gradient w.r.t. the state entering chunk c
-        dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
 
     r_ = tl.arange(0, R)
     tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
