@@ -4,21 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
 import typer
 
 from mamba3_perf.cli import app
 from mamba3_perf.errors import RunStoreError
-
-
-def _breakdown(events: pd.DataFrame) -> pd.DataFrame:
-    """Stage breakdown of the whole-kernel rows (region rows would count kernels twice)."""
-    from mamba3_perf.analysis.breakdown import stage_breakdown
-
-    if "region" in events.columns and events["region"].notna().any():
-        events = events[events["region"].isna()]
-    bd = stage_breakdown(events)
-    return bd if "variant" in bd.columns else bd.assign(variant="(all)")
 
 
 @app.command()
@@ -28,36 +17,15 @@ def report(
                                                   "HTML charts are written beside it"),
 ):
     """Regenerate the markdown record and HTML charts of a stored run; print its summary."""
-    from mamba3_perf.analysis.ladder import (
-        ladder_table, load_gpu_baseline, resolve_cases, summarize_ladder,
-    )
-    from mamba3_perf.analysis.limits import device_for, with_limits
-    from mamba3_perf.reports import write_html
-    from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
-    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary
-    from mamba3_perf.reports.markdown import optimization_record
-    from mamba3_perf.runs import read_run, write_text_atomic
+    from mamba3_perf.reports.record import console_text, write_run_report
+    from mamba3_perf.runs import read_run
 
     run = read_run(run_dir)
-    timings = run.table("timings")
-    cases = resolve_cases(timings["case_id"], run.meta.get("cases") or ())
-    table = with_limits(ladder_table(timings, cases=cases, baseline=load_gpu_baseline()), cases,
-                        device_for(run.meta.get("device")))
-    summary = summarize_ladder(table)
-    breakdown = _breakdown(run.table("events")) if run.has("events") else None
-    md_path = out or run.path / "report.md"
-    write_text_atomic(md_path, optimization_record(run.meta, table, summary, breakdown=breakdown))
-    written = [md_path, write_html(speedup_ladder_chart(table), md_path.with_name(md_path.stem + "-ladder.html"))]
-    if breakdown is not None and not breakdown.empty:
-        written.append(write_html(stage_breakdown_chart(breakdown),
-                                  md_path.with_name(md_path.stem + "-breakdown.html")))
+    rep = write_run_report(run, out)
     if run.meta.get("timing_kind") == "interpreter":
         typer.echo("note: Triton-interpreter timings, not device timings")
-    typer.echo(run_summary(table, title=f"Run {run.name}"))
-    typer.echo(ladder_means(summary))
-    if breakdown is not None and not breakdown.empty:
-        typer.echo(breakdown_table(breakdown))
-    for p in written:
+    typer.echo(console_text(rep, title=f"Run {run.name}"))
+    for p in rep.written:
         typer.echo(f"wrote {p}")
 
 

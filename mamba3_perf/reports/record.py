@@ -1,0 +1,77 @@
+"""The report of one stored run, generated one way for ``perf report`` and ``perf profile``:
+ladder table with limits, stage breakdown, ``report.md`` and its HTML charts, console text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from mamba3_perf.analysis.ladder import LadderSummary
+
+
+def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFrame | None = None):
+    """(ladder table with limit columns, its summary, case_id -> Case, device spec) of a run.
+
+    ``baseline`` is a recorded TileLang baseline (default: the packaged H200 record); it gives
+    the TileLang time where the run has no live ``tilelang`` row.
+    """
+    from mamba3_perf.analysis.ladder import (
+        ladder_table, load_gpu_baseline, resolve_cases, summarize_ladder,
+    )
+    from mamba3_perf.analysis.limits import device_for, with_limits
+
+    cases = resolve_cases(timings["case_id"], meta.get("cases") or ())
+    spec = device_for(meta.get("device"))
+    base = baseline if baseline is not None else load_gpu_baseline()
+    table = with_limits(ladder_table(timings, cases=cases, baseline=base), cases, spec)
+    return table, summarize_ladder(table), cases, spec
+
+
+def run_breakdown(events: pd.DataFrame) -> pd.DataFrame:
+    """Stage breakdown of the whole-kernel rows (region rows would count kernels twice)."""
+    from mamba3_perf.analysis.breakdown import stage_breakdown
+
+    if "region" in events.columns and events["region"].notna().any():
+        events = events[events["region"].isna()]
+    bd = stage_breakdown(events)
+    return bd if "variant" in bd.columns else bd.assign(variant="(all)")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    table: pd.DataFrame
+    summary: LadderSummary
+    breakdown: pd.DataFrame | None
+    written: tuple[Path, ...]  # report.md, then its charts
+
+
+def write_run_report(run, md_path: str | Path | None = None, *,
+                     baseline: pd.DataFrame | None = None) -> RunReport:
+    """Write ``report.md`` (default in the run directory) and, beside it, ``<stem>-ladder.html``
+    and (when the run has kernel events) ``<stem>-breakdown.html``."""
+    from mamba3_perf.reports import write_html
+    from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
+    from mamba3_perf.reports.markdown import optimization_record
+    from mamba3_perf.runs import write_text_atomic
+
+    table, summary, _, _ = ladder_with_limits(run.table("timings"), run.meta, baseline=baseline)
+    breakdown = run_breakdown(run.table("events")) if run.has("events") else None
+    md = Path(md_path) if md_path is not None else run.path / "report.md"
+    write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
+    written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
+    if breakdown is not None and not breakdown.empty:
+        written.append(write_html(stage_breakdown_chart(breakdown),
+                                  md.with_name(md.stem + "-breakdown.html")))
+    return RunReport(table, summary, breakdown, tuple(written))
+
+
+def console_text(rep: RunReport, *, title: str) -> str:
+    """Run summary, ladder means and (when traced) the stage breakdown as plain text."""
+    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary
+
+    parts = [run_summary(rep.table, title=title), ladder_means(rep.summary)]
+    if rep.breakdown is not None and not rep.breakdown.empty:
+        parts.append(breakdown_table(rep.breakdown))
+    return "\n".join(parts)
