@@ -1,2 +1,8 @@
 """The bwd_bwd ladder: importing this package registers every stage, in ladder order."""
 from mamba3_perf.kernels.bwd_bwd import stage0  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage1_pre  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage2_aux  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage3_rankfold  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage4_nblock  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage5_rankloop  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import prod  # noqa: F401

@@ -287,3 +287,45 @@ def fused_chunk_body(DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
     # dstates becomes the gradient w.r.t. the state entering chunk c
     dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
     return dstates, dmv_c, dd_part
+
+
+def alloc_scratch(meta, device, names) -> dict:
+    """fp32 scratch buffers by name (torch.empty: every stage writes before it reads).
+
+    rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C].
+    """
+    B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
+    nc = meta.nchunks
+    shapes = {
+        "QB": (B, H, nc, C * R, N), "KB": (B, H, nc, C * R, N), "QR": (B, H, nc, C * R, N),
+        "KR": (B, H, nc, C * R, N), "PSIV": (B, H, nc, C * R, P), "DPHIO": (B, H, nc, C * R, P),
+        "GAM": (B, H, S), "TS": (B, H, S), "ECS": (B, H, S), "EREV": (B, H, S),
+        "WT": (B, H, nc, C, C), "DECAY": (B, H, nc),
+        "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
+        "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
+        "DKR": (B, H, nc, C * R, N),
+    }
+    return {n: torch.empty(shapes[n], dtype=torch.float32, device=device) for n in names}
+
+
+PRE_SCRATCH = ("QB", "KB", "QR", "KR", "PSIV", "DPHIO", "GAM", "TS", "ECS", "EREV", "WT", "DECAY")
+AUX_SCRATCH = ("DPSIV", "DKS", "DQR", "DQD", "DKD", "DDP")
+
+
+@triton.jit
+def chunk_coords(H, nc):
+    """(b, h, c, bh, bhc) of a program on a (B*H*nc) grid."""
+    bhc = tl.program_id(0).to(tl.int64)
+    bh = bhc // nc
+    return bh // H, bh % H, bhc % nc, bh, bhc
+
+
+@triton.jit
+def load_time(X, bh, tpos, S):
+    return tl.load(X + bh * S + tpos)
+
+
+@triton.jit
+def wt_rows(WT, bhc, ti, C: tl.constexpr):
+    """[C*R, C*R] decay matrix from the pre kernel's [C(k), C(q)] one."""
+    return tl.load(WT + (bhc * C + ti[:, None]) * C + ti[None, :])
