@@ -1,0 +1,360 @@
+"""The measurement engine of ``perf bench`` and ``perf profile``: check every stage against the
+fp64 golden, then time the ones that pass.
+
+Per case: inputs once (:func:`make_inputs`), golden + fp32 reference once; per variant (a
+ladder stage, or the live upstream ``tilelang`` row):
+
+1. run once inside try/except: an exception (Triton compile error, OutOfResources, CUDA
+   error) gives status "not runnable" with the exception's first line as reason;
+2. check the 12 gradients (:func:`mamba3_perf.kernels.accuracy.check`): any failure gives
+   "wrong"; its accuracy rows are kept and it gets no time (a wrong kernel is not timed as if
+   right), except ``tilelang``, which is timed for reference (:data:`TILELANG_WRONG_REASON`);
+3. time it: CUDA ``triton.testing.do_bench``; NPU ``torch.npu.synchronize`` + perf_counter;
+   CPU (Triton interpreter) perf_counter over :data:`INTERPRETER_REPS` calls.
+
+:func:`run_bench` is the whole ``perf bench``: measure, store the run, build the ladder and
+optionally the JSON record (``records/``).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mamba3_perf.errors import StageError
+from mamba3_perf.kernels.cases import Case, case_sets, cases as cases_of_set, get_case
+
+TILELANG = "tilelang"
+INTERPRETER_REPS = 3  # interpreter calls take ~0.05 s per (b, h, chunk): a few reps suffice
+HOST_TIMER_MIN_REPS = 5  # NPU host timing: at least this many timed calls
+TILELANG_WRONG_REASON = "upstream bf16 arithmetic; timed for reference"
+TIMING_COLUMNS = ("variant", "case_id", "status", "reason", "median_us", "p10_us", "p90_us",
+                  "n_reps", "timing_kind")
+ACCURACY_COLUMNS = ("variant", "case_id", "gradient", "err", "ref_err", "bound", "passed")
+
+Progress = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def select_cases(spec: str) -> list[Case]:
+    """``official`` / ``regular`` / ``all`` ... (set names) or comma-separated case ids, mixed."""
+    sets = case_sets()
+    out: list[Case] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        out.extend(cases_of_set(part) if part in sets or part == "all" else [get_case(part)])
+    if not out:
+        raise StageError(f"--cases selects no case: {spec!r}")
+    return list({c.id: c for c in out}.values())
+
+
+def select_stages(spec: str) -> tuple[list[str], bool]:
+    """(stage names, tilelang requested) from ``all`` or a comma list that may name ``tilelang``.
+
+    Unknown stage names raise :class:`StageError` before anything runs.
+    """
+    from mamba3_perf.kernels.registry import get_stage, list_stages
+
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    names: list[str] = []
+    for p in parts:
+        if p == "all":
+            names.extend(s.name for s in list_stages())
+        elif p != TILELANG:
+            names.append(get_stage(p).name)
+    return list(dict.fromkeys(names)), TILELANG in parts
+
+
+def default_states_dtype(case: Case) -> torch.dtype:
+    """Upstream's contract: bf16 chunk states for fp16/bf16 cases, fp32 for fp32 cases."""
+    return torch.float32 if case.torch_dtype == torch.float32 else torch.bfloat16
+
+
+# -------------------------------------------------------------------------------- timing
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device.startswith("npu"):
+        torch.npu.synchronize()  # registered by torch_npu (backend.resolve imported it)
+
+
+def _stats(times_us: Sequence[float]) -> dict:
+    a = np.asarray(times_us, dtype=float)
+    return {"median_us": float(np.median(a)), "p10_us": float(np.quantile(a, 0.1)),
+            "p90_us": float(np.quantile(a, 0.9)), "n_reps": int(a.size)}
+
+
+def _host_times_us(fn: Callable[[], object], device: str, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def time_fn(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
+            rep_ms: float = 100) -> dict:
+    """median_us / p10_us / p90_us / n_reps of ``fn`` on ``device``."""
+    if device.startswith("cuda"):
+        import triton.testing
+
+        ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+        return _stats([t * 1e3 for t in ms])
+    if device.startswith("npu"):
+        probe = _host_times_us(fn, device, 1)[0]
+        _host_times_us(fn, device, max(1, int(warmup_ms * 1e3 / max(probe, 1.0))))
+        reps = max(HOST_TIMER_MIN_REPS, int(rep_ms * 1e3 / max(probe, 1.0)))
+        return _stats(_host_times_us(fn, device, reps))
+    return _stats(_host_times_us(fn, device, INTERPRETER_REPS))
+
+
+# ------------------------------------------------------------------------------ variants
+
+
+def prepare(case: Case, *, device: str, states_dtype: torch.dtype | None = None) -> dict:
+    """The case's inputs on ``device`` (states in ``states_dtype``, default per upstream)."""
+    from mamba3_perf.kernels.inputs import make_inputs
+
+    return make_inputs(case, device=device, states_dtype=states_dtype or default_states_dtype(case))
+
+
+def variant_runner(variant: str, case: Case, x: dict) -> Callable[[], dict]:
+    """A zero-argument function running ``variant`` on inputs ``x`` and returning its 12 outputs."""
+    if variant == TILELANG:
+        from mamba3_perf import tilelang_row
+
+        runner = tilelang_row.make_runner(case, x)
+
+        def run_tilelang() -> dict:
+            runner()
+            return runner.outputs_as_dict()
+
+        return run_tilelang
+    from mamba3_perf.kernels.checking import run_stage
+
+    return lambda: run_stage(variant, x, case)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    elif device.startswith("npu"):
+        torch.npu.empty_cache()
+
+
+def _timing_row(variant, case_id, status, reason, timing_kind, stats=None) -> dict:
+    stats = stats or {"median_us": math.nan, "p10_us": math.nan, "p90_us": math.nan, "n_reps": 0}
+    return {"variant": variant, "case_id": case_id, "status": status, "reason": reason,
+            **stats, "timing_kind": timing_kind}
+
+
+def _measure_variant(variant: str, case: Case, x: dict, oracle, *, device, timing_kind, check,
+                     warmup_ms, rep_ms) -> tuple[dict, list[dict]]:
+    from mamba3_perf.kernels.accuracy import check as check_grads
+
+    try:
+        fn = variant_runner(variant, case, x)
+        out = fn()
+        synchronize(device)
+    except Exception as e:  # any failure to compile or launch is a result, not a crash
+        return _timing_row(variant, case.id, "not runnable", first_line(e), timing_kind), []
+    acc: list[dict] = []
+    status, reason = "ok", ""
+    if check:
+        golden, ref = oracle
+        rows = check_grads(out, golden, ref)
+        acc = [{"variant": variant, "case_id": case.id, "gradient": r.gradient, "err": r.err,
+                "ref_err": r.ref_err, "bound": r.bound, "passed": r.passed} for r in rows]
+        failed = [r.gradient for r in rows if not r.passed]
+        if failed:
+            status = "wrong"
+            reason = (TILELANG_WRONG_REASON if variant == TILELANG
+                      else f"fails the golden check on {', '.join(failed)}")
+    else:
+        reason = "accuracy not checked"
+    del out
+    if status == "wrong" and variant != TILELANG:
+        return _timing_row(variant, case.id, status, reason, timing_kind), acc
+    try:
+        stats = time_fn(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    except Exception as e:
+        return _timing_row(variant, case.id, "not runnable", f"while timing: {first_line(e)}",
+                           timing_kind), acc
+    return _timing_row(variant, case.id, status, reason, timing_kind, stats), acc
+
+
+def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing_kind: str,
+            warmup_ms: float = 25, rep_ms: float = 100, check: bool = True,
+            states_dtype: torch.dtype | None = None, progress: Progress | None = None,
+            tilelang: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Check and time ``stages`` (plus the live ``tilelang`` row when asked) on every case.
+
+    Returns the ``timings`` and ``accuracy`` tables of the run store (see
+    :mod:`mamba3_perf.runs`). ``progress(description)`` is called once per finished
+    (case, variant). A requested tilelang row that cannot run here is recorded "not runnable".
+    """
+    from mamba3_perf import tilelang_row
+    from mamba3_perf.kernels.checking import oracles
+    from mamba3_perf.kernels.registry import get_stage
+
+    variants = [get_stage(s).name for s in stages if s != TILELANG]
+    tilelang = tilelang or TILELANG in stages
+    tl_ok = tilelang and tilelang_row.available()
+    if tilelang:
+        variants.append(TILELANG)
+    timings: list[dict] = []
+    accuracy: list[dict] = []
+    for case in cases:
+        try:
+            x = prepare(case, device=device, states_dtype=states_dtype)
+            oracle = oracles(x, case) if check else None
+        except Exception as e:  # nothing of this case can run; say so for every variant
+            reason = f"inputs/golden failed: {first_line(e)}"
+            for v in variants:
+                timings.append(_timing_row(v, case.id, "not runnable", reason, timing_kind))
+                if progress:
+                    progress(f"{case.id} {v}")
+            _free(device)
+            continue
+        for v in variants:
+            if v == TILELANG and not tl_ok:
+                timings.append(_timing_row(v, case.id, "not runnable", tilelang_row.UNAVAILABLE,
+                                           timing_kind))
+            else:
+                row, acc = _measure_variant(v, case, x, oracle, device=device,
+                                            timing_kind=timing_kind, check=check,
+                                            warmup_ms=warmup_ms, rep_ms=rep_ms)
+                timings.append(row)
+                accuracy.extend(acc)
+            _free(device)
+            if progress:
+                progress(f"{case.id} {v}")
+        del x, oracle
+        _free(device)
+    return (pd.DataFrame(timings, columns=list(TIMING_COLUMNS)),
+            pd.DataFrame(accuracy, columns=list(ACCURACY_COLUMNS)))
+
+
+# ------------------------------------------------------------------------ run + record
+
+
+def run_meta(backend, cases: Sequence[Case], stages: Sequence[str], **extra) -> dict:
+    """run.json metadata shared by bench and profile: environment, cases, stages, backend."""
+    from mamba3_perf.runs import collect_environment
+
+    env = collect_environment()
+    if backend.name == "npu":  # collect_environment knows CUDA devices only
+        try:
+            env["device"] = torch.npu.get_device_name(0)
+        except Exception as e:
+            env["device_error"] = first_line(e)
+    return {**env, "backend": backend.name, "timing_kind": backend.timing_kind,
+            "cases": [c.to_dict() for c in cases], "stages": list(stages), **extra}
+
+
+def default_run_name(prefix: str) -> str:
+    return f"{prefix}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if v is None or v is pd.NA or (not isinstance(v, (str, bool, int)) and pd.isna(v)):
+        return None
+    return v
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [_jsonable(r) for r in df.astype(object).to_dict("records")]
+
+
+def limits_record(table: pd.DataFrame, cases: dict[str, Case], device_spec) -> list[dict]:
+    """Per case: its lower bounds on ``device_spec`` and each variant's fraction of them."""
+    from mamba3_perf.analysis.limits import case_limits, fraction_of_limits
+
+    out = []
+    for cid, case in cases.items():
+        lim = case_limits(case, device_spec)
+        rows = table[(table["case_id"] == cid) & table["median_us"].notna()]
+        fractions = {r["variant"]: fraction_of_limits(float(r["median_us"]), lim)
+                     for r in rows.to_dict("records")}
+        out.append({**lim, "fractions": fractions})
+    return _jsonable(out)
+
+
+def bench_record(meta: dict, timings: pd.DataFrame, accuracy: pd.DataFrame, table: pd.DataFrame,
+                 summary, cases: dict[str, Case], device_spec) -> dict:
+    """The single JSON record of a bench run (what is committed under ``records/``)."""
+    return {
+        "meta": _jsonable(meta),
+        "timings": _records(timings),
+        "accuracy": _records(accuracy),
+        "ladder": {"table": _records(table), "per_variant": _records(summary.per_variant),
+                   "stage0_not_runnable": [list(x) for x in summary.stage0_not_runnable]},
+        "limits": limits_record(table, cases, device_spec),
+    }
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    run_path: Path
+    table: pd.DataFrame  # ladder_table with limits
+    summary: object  # LadderSummary
+    json_path: Path | None
+
+
+def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root: str | Path,
+              name: str | None = None, warmup_ms: float = 25, rep_ms: float = 100,
+              tilelang: bool = False, json_path: str | Path | None = None,
+              progress: Progress | None = None) -> BenchResult:
+    """``perf bench``: measure, store the run (timings + accuracy), build the ladder and the
+    optional JSON record (written atomically)."""
+    from mamba3_perf.reports.record import ladder_with_limits
+    from mamba3_perf.runs import create_run, read_run, write_text_atomic
+
+    timings, accuracy = measure(cases, stages, device=backend.device,
+                                timing_kind=backend.timing_kind, warmup_ms=warmup_ms,
+                                rep_ms=rep_ms, progress=progress, tilelang=tilelang)
+    stage_list = list(stages) + ([TILELANG] if tilelang and TILELANG not in stages else [])
+    meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    name = name or default_run_name("bench")
+    with create_run(out_root, name, meta) as w:
+        w.write_table("timings", timings)
+        w.write_table("accuracy", accuracy)
+    run = read_run(Path(out_root) / name)
+    table, summary, by_id, spec = ladder_with_limits(run.table("timings"), run.meta)
+    jp = None
+    if json_path is not None:
+        rec = bench_record(run.meta, timings, accuracy, table, summary, by_id, spec)
+        jp = write_text_atomic(json_path, json.dumps(rec, indent=1, sort_keys=True,
+                                                     allow_nan=False) + "\n")
+    return BenchResult(run.path, table, summary, jp)
