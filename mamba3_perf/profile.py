@@ -259,7 +259,6 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
                 progress: bench.Progress | None = None) -> ProfileResult:
     """Measure, trace and store ``case`` x ``stages``; write report.md, charts and timeline."""
     from mamba3_perf.reports.record import write_run_report
-    from mamba3_perf.reports.timeline import write_timeline
     from mamba3_perf.runs import create_run, read_run
 
     variants, tl = variants_of(stages, backend, tilelang=tilelang)
@@ -294,8 +293,14 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
         w.write_table("events", events)
     run = read_run(Path(out_root) / name)
     rep = write_run_report(run, baseline=baseline)
+    warnings += rep.notes
     tl_path = None
     if not run.table("events").empty:
-        tl_path = write_timeline(run.table("events"), run.path / "timeline.html",
-                                 title=f"bwd_bwd kernel timeline: run {run.name}")
+        try:
+            from mamba3_perf.reports.timeline import write_timeline
+        except ImportError as e:  # plotly missing: the run and report.md stand without it
+            warnings.append(f"no timeline.html: {e}")
+        else:
+            tl_path = write_timeline(run.table("events"), run.path / "timeline.html",
+                                     title=f"bwd_bwd kernel timeline: run {run.name}")
     return ProfileResult(run.path, rep, tl_path, tuple(warnings))

@@ -27,6 +27,8 @@ def report(
     typer.echo(console_text(rep, title=f"Run {run.name}"))
     for p in rep.written:
         typer.echo(f"wrote {p}")
+    for note in rep.notes:
+        typer.echo(f"note: {note}", err=True)
 
 
 @app.command()

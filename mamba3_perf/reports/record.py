@@ -45,14 +45,15 @@ class RunReport:
     summary: LadderSummary
     breakdown: pd.DataFrame | None
     written: tuple[Path, ...]  # report.md, then its charts
+    notes: tuple[str, ...] = ()  # what was not written, and why
 
 
 def write_run_report(run, md_path: str | Path | None = None, *,
                      baseline: pd.DataFrame | None = None) -> RunReport:
     """Write ``report.md`` (default in the run directory) and, beside it, ``<stem>-ladder.html``
-    and (when the run has kernel events) ``<stem>-breakdown.html``."""
+    and (when the run has kernel events) ``<stem>-breakdown.html``. Without plotly (a bare
+    device image) only the markdown is written and ``notes`` says so."""
     from mamba3_perf.reports import write_html
-    from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
 
@@ -60,6 +61,10 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     breakdown = run_breakdown(run.table("events")) if run.has("events") else None
     md = Path(md_path) if md_path is not None else run.path / "report.md"
     write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
+    try:
+        from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
+    except ImportError as e:
+        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",))
     written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
     if breakdown is not None and not breakdown.empty:
         written.append(write_html(stage_breakdown_chart(breakdown),
