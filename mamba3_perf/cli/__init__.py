@@ -20,7 +20,9 @@ app = typer.Typer(
 )
 
 # Command modules register themselves on `app` when imported.
+from mamba3_perf.cli import bench as _bench  # noqa: E402,F401
 from mamba3_perf.cli import check as _check  # noqa: E402,F401
+from mamba3_perf.cli import profile as _profile  # noqa: E402,F401
 from mamba3_perf.cli import reports as _reports  # noqa: E402,F401
 from mamba3_perf.cli import traces as _traces  # noqa: E402,F401
 

@@ -12,6 +12,9 @@ import triton
 import triton.language as tl
 
 DEFAULT_PREC = "ieee"
+# Launch options of the kernels that loop over chunks: no software pipelining of the loop
+# (its multi-buffered shared memory is what makes the fused scan overflow 227 KB on Hopper).
+LOOP_LAUNCH = dict(num_warps=4, num_stages=1)
 
 
 def pow2(x: int, lo: int = 16) -> int:

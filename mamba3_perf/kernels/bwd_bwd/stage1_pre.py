@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    DEFAULT_PREC, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_chunk_body,
+    DEFAULT_PREC, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_chunk_body,
     load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows, load_time, rot_cols,
     scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
 )
@@ -139,7 +139,7 @@ def launch_scan_full(x: dict, s: dict, out: dict, meta, *, prec: str = DEFAULT_P
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DGAMMA"],
         out["DDA"], out["DSSDA"], out["DDA_CS_REV"], out["DDA_CS"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=prec, **blocks(meta),
+        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=prec, **LOOP_LAUNCH, **blocks(meta),
     )
 
 

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, DEFAULT_PREC, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk,
+    AUX_SCRATCH, DEFAULT_PREC, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk,
     load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy, state_k_terms,
     store_rows, value_grads, vec_to_time,
 )
@@ -278,7 +278,7 @@ def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True, pre
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DDA"],
         out["DDA_CS_REV"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, HAS_D=meta.has_d, FINALIZE=finalize, PREC=prec, **blocks(meta),
+        C=meta.C, R=meta.R, HAS_D=meta.has_d, FINALIZE=finalize, PREC=prec, **LOOP_LAUNCH, **blocks(meta),
     )
 
 

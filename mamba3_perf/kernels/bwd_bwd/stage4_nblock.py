@@ -9,7 +9,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, DEFAULT_PREC, PRE_SCRATCH, alloc_scratch, blocks, finalize_qk, load_angles_cs,
+    AUX_SCRATCH, DEFAULT_PREC, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, finalize_qk, load_angles_cs,
     load_rows, load_time, pow2, rot_cols, scalar_ptr_or_dummy, store_rows, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -122,7 +122,7 @@ def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = Tr
         out["DDA_CS_REV"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
         C=meta.C, R=meta.R, BNB=nblock_size(meta.N), HAS_D=meta.has_d, FINALIZE=finalize,
-        PREC=prec, **blocks(meta),
+        PREC=prec, **LOOP_LAUNCH, **blocks(meta),
     )
 
 
