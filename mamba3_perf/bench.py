@@ -358,3 +358,30 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
         jp = write_text_atomic(json_path, json.dumps(rec, indent=1, sort_keys=True,
                                                      allow_nan=False) + "\n")
     return BenchResult(run.path, table, summary, jp)
+
+
+def merge_records(records: Sequence[dict], *, command: str) -> dict:
+    """One bench record from several of the same device and stages (e.g. one process per
+    case, run one after another): timings and accuracy concatenated, the ladder and limits
+    rebuilt over all cases, ``command`` (what made the parts) in the meta."""
+    from mamba3_perf.reports.record import ladder_with_limits
+
+    if not records:
+        raise ValueError("merge_records: no records given")
+    meta = dict(records[0]["meta"])
+    for key in ("device", "backend", "timing_kind", "stages"):
+        vals = {json.dumps(r["meta"].get(key)) for r in records}
+        if len(vals) > 1:
+            raise ValueError(f"merge_records: the records differ in {key}: {sorted(vals)}")
+    cases, seen = [], set()
+    for r in records:
+        for c in r["meta"].get("cases", []):
+            if c["id"] in seen:
+                raise ValueError(f"merge_records: case {c['id']} is in more than one record")
+            seen.add(c["id"])
+            cases.append(c)
+    meta.update(cases=cases, command=command, merged_from=[r["meta"].get("command") for r in records])
+    timings = pd.DataFrame([t for r in records for t in r["timings"]], columns=list(TIMING_COLUMNS))
+    accuracy = pd.DataFrame([a for r in records for a in r["accuracy"]], columns=list(ACCURACY_COLUMNS))
+    table, summary, by_id, spec = ladder_with_limits(timings, meta)
+    return bench_record(meta, timings, accuracy, table, summary, by_id, spec)

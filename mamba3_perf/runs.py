@@ -282,7 +282,9 @@ def collect_environment() -> dict:
             "torch_npu": _version("torch_npu"),
             "mamba3_perf": _version("mamba3-perf"),
         },
-        "git_commit": _run_cmd(["git", "rev-parse", "HEAD"], cwd=os.getcwd()),
+        # a copy of the tree without .git (the device machine) names its commit in the env
+        "git_commit": (os.environ.get("MAMBA3_PERF_COMMIT")
+                       or _run_cmd(["git", "rev-parse", "HEAD"], cwd=os.getcwd())),
         "backend": "cpu",
         "device": platform.processor() or platform.machine(),
     }

@@ -11,10 +11,23 @@ import torch
 import triton
 import triton.language as tl
 
-DEFAULT_PREC = "ieee"
+
+
+def dot_precision(device, prec: str | None = None) -> str:
+    """Input precision of the fp32 dots: ``prec`` when given, else "tf32x3" on CUDA (three TF32
+    tensor-core passes, fp32-level error; the "ieee" FMA dots unroll into code that spills
+    tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend)."""
+    if prec is not None:
+        return prec
+    return "tf32x3" if torch.device(device).type == "cuda" else "ieee"
+
 # Launch options of the kernels that loop over chunks: no software pipelining of the loop
-# (its multi-buffered shared memory is what makes the fused scan overflow 227 KB on Hopper).
-LOOP_LAUNCH = dict(num_warps=4, num_stages=1)
+# (its multi-buffered shared memory is what makes the fused scan overflow 227 KB on Hopper),
+# and 8 warps: the fp32 [C*R, N] tiles of one chunk spill from 4 warps' registers (ptxas for
+# sm_90 at N=P=64, R=4, C=16: 2-3 KB of spill stores per thread at 4 warps, about half at 8).
+LOOP_LAUNCH = dict(num_warps=8, num_stages=1)
+# Kernels on a (B, H, nchunks) grid: the same register argument, software pipelining allowed.
+CHUNK_LAUNCH = dict(num_warps=8)
 
 
 def pow2(x: int, lo: int = 16) -> int:
@@ -70,17 +83,17 @@ def load_qk_rotated(X, BIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot,
 
 
 @triton.jit
-def swap_halves(x, partner, BN: tl.constexpr):
-    """x[:, partner(n)] for every column n, as an exact 0/1 permutation dot."""
+def swap_halves(x, partner, BN: tl.constexpr, PREC: tl.constexpr):
+    """x[:, partner(n)] for every column n, as a 0/1 permutation dot."""
     m = tl.arange(0, BN)
     perm = (m[:, None] == partner[None, :]).to(tl.float32)
-    return tl.dot(x, perm, input_precision="ieee")
+    return tl.dot(x, perm, input_precision=PREC)
 
 
 @triton.jit
-def unrotate(dxr, partner, sgn, cs, sn, BN: tl.constexpr):
+def unrotate(dxr, partner, sgn, cs, sn, BN: tl.constexpr, PREC: tl.constexpr):
     """Gradient w.r.t. the pre-rotation input from the gradient w.r.t. the rotated one."""
-    return cs * dxr - sgn[None, :] * sn * swap_halves(dxr, partner, BN)
+    return cs * dxr - sgn[None, :] * sn * swap_halves(dxr, partner, BN, PREC)
 
 
 @triton.jit
@@ -90,11 +103,11 @@ def angle_grad_cols(dxr, x, xp, sgn, cs, sn):
 
 
 @triton.jit
-def fold_angles(g, jn, rot, RD, BN: tl.constexpr, BRD: tl.constexpr):
+def fold_angles(g, jn, rot, RD, BN: tl.constexpr, BRD: tl.constexpr, PREC: tl.constexpr):
     """[rows, BN] per-column angle gradients -> [rows, BRD] per angle (sum of each pair)."""
     jj = tl.arange(0, BRD)
     fold = ((jn[:, None] == jj[None, :]) & rot[:, None] & (jj[None, :] < RD)).to(tl.float32)
-    return tl.dot(g, fold, input_precision="ieee")
+    return tl.dot(g, fold, input_precision=PREC)
 
 
 @triton.jit
@@ -221,17 +234,18 @@ def value_grads(dpsiv, psi, v, C: tl.constexpr, R: tl.constexpr, BP: tl.constexp
 @triton.jit
 def finalize_qk(DQ, DK, DANG, dqr, dkr, qb, qbp, kb, kbp, cs, sn, dq_diag, dk_diag,
                 b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD,
-                C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr):
+                C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
+                PREC: tl.constexpr):
     """Inverse rotary of dqr/dkr, the qk_dot diagonal correction, DANGLES; stores DQ, DK, DANGLES."""
     CR: tl.constexpr = C * R
     tc = tl.arange(0, C)
     jj = tl.arange(0, BRD)
     g = angle_grad_cols(dqr, qb, qbp, sgn, cs, sn) + angle_grad_cols(dkr, kb, kbp, sgn, cs, sn)
-    dang = rows_to_time(fold_angles(g, jn, rot, RD, BN, BRD), C, R, BRD)
+    dang = rows_to_time(fold_angles(g, jn, rot, RD, BN, BRD, PREC), C, R, BRD)
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + jj[None, :], dang,
              mask=(jj < RD)[None, :])
-    dq = unrotate(dqr, partner, sgn, cs, sn, BN) + dq_diag
-    dk = unrotate(dkr, partner, sgn, cs, sn, BN) + dk_diag
+    dq = unrotate(dqr, partner, sgn, cs, sn, BN, PREC) + dq_diag
+    dk = unrotate(dkr, partner, sgn, cs, sn, BN, PREC) + dk_diag
     mn = n < N
     orow = ((b * S * R + c * CR + i[:, None]) * H + h) * N + n[None, :]
     tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn[None, :])
@@ -286,7 +300,7 @@ def fused_chunk_body(DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
     ddacs, dq_inter = state_q_terms(dphio, st, qr, ecs, C, R, PREC)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
     finalize_qk(DQ, DK, DANG, dqr + dq_inter, dks * ts[:, None], qb, qbp, kb, kbp, cs, sn,
-                dq_diag, dk_diag, b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD)
+                dq_diag, dk_diag, b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
     # dstates becomes the gradient w.r.t. the state entering chunk c
     dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
     return dstates, dmv_c, dd_part

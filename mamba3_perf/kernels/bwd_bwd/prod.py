@@ -8,8 +8,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk, load_angles_cs,
-    load_rows, rot_cols,
+    CHUNK_LAUNCH, AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, finalize_qk,
+    load_angles_cs, load_rows, rot_cols,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -19,7 +19,7 @@ def bwd_bwd_post_kernel(
     ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
     DQ, DK, DANG,
     S, H, N, RD,
-    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, PREC: tl.constexpr,
 ):
     nc = S // C
     b, h, c, bh, bhc = chunk_coords(H, nc)
@@ -32,16 +32,17 @@ def bwd_bwd_post_kernel(
                 load_rows(QB_S, bhc, i, n, N, CR), load_rows(QB_S, bhc, i, partner, N, CR),
                 load_rows(KB_S, bhc, i, n, N, CR), load_rows(KB_S, bhc, i, partner, N, CR),
                 cs, sn, load_rows(DQD_S, bhc, i, n, N, CR), load_rows(DKD_S, bhc, i, n, N, CR),
-                b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD)
+                b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
 
 
-def launch_post(x: dict, s: dict, out: dict, meta) -> None:
+def launch_post(x: dict, s: dict, out: dict, meta, *, prec: str | None = None) -> None:
     bk = blocks(meta)
     bwd_bwd_post_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         meta.S, meta.H, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"],
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], PREC=dot_precision(x["q"].device, prec),
+        **CHUNK_LAUNCH,
     )
 
 

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    DEFAULT_PREC, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_chunk_body,
+    CHUNK_LAUNCH, dot_precision, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_chunk_body,
     load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows, load_time, rot_cols,
     scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
 )
@@ -128,18 +128,18 @@ def launch_pre(x: dict, s: dict, meta) -> None:
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o,
+        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, **CHUNK_LAUNCH,
     )
 
 
-def launch_scan_full(x: dict, s: dict, out: dict, meta, *, prec: str = DEFAULT_PREC) -> None:
+def launch_scan_full(x: dict, s: dict, out: dict, meta, *, prec: str | None = None) -> None:
     bwd_bwd_scan_full_kernel[(meta.B * meta.H,)](
         x["v"], x["mimo_v"], x["states"], x["qk_dot"], x["angles"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *scratch_args(s),
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DGAMMA"],
         out["DDA"], out["DSSDA"], out["DDA_CS_REV"], out["DDA_CS"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=prec, **LOOP_LAUNCH, **blocks(meta),
+        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=dot_precision(x["q"].device, prec), **LOOP_LAUNCH, **blocks(meta),
     )
 
 

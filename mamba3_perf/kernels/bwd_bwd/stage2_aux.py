@@ -12,7 +12,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, DEFAULT_PREC, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk,
+    CHUNK_LAUNCH, AUX_SCRATCH, dot_precision, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk,
     load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy, state_k_terms,
     store_rows, value_grads, vec_to_time,
 )
@@ -244,7 +244,7 @@ def bwd_bwd_scan_kernel(
                         load_rows(QB_S, bhc, i, n, N, CR), load_rows(QB_S, bhc, i, partner, N, CR),
                         load_rows(KB_S, bhc, i, n, N, CR), load_rows(KB_S, bhc, i, partner, N, CR),
                         cs, sn, load_rows(DQD_S, bhc, i, n, N, CR), load_rows(DKD_S, bhc, i, n, N, CR),
-                        b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD)
+                        b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
         else:
             store_rows(DKR_S, dkr, bhc, i, n, N, CR)
         dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
@@ -259,7 +259,7 @@ def aux_scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in AUX_SCRATCH)
 
 
-def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False, prec: str = DEFAULT_PREC) -> None:
+def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False, prec: str | None = None) -> None:
     bk = blocks(meta)
     bwd_bwd_aux_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
@@ -267,18 +267,19 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False, pr
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], HAS_D=meta.has_d, RANK_LOOP=rank_loop,
-        USE_DOT=meta.C >= 16, PREC=prec,
+        USE_DOT=meta.C >= 16, PREC=dot_precision(x["q"].device, prec), **CHUNK_LAUNCH,
     )
 
 
-def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True, prec: str = DEFAULT_PREC) -> None:
+def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True, prec: str | None = None) -> None:
     bwd_bwd_scan_kernel[(meta.B * meta.H,)](
         x["v"], x["mimo_v"], x["states"], x["angles"],
         *stage1_pre.scratch_args(s), *aux_scratch_args(s), s.get("DKR", s["DKS"]),
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DDA"],
         out["DDA_CS_REV"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, HAS_D=meta.has_d, FINALIZE=finalize, PREC=prec, **LOOP_LAUNCH, **blocks(meta),
+        C=meta.C, R=meta.R, HAS_D=meta.has_d, FINALIZE=finalize,
+        PREC=dot_precision(x["q"].device, prec), **LOOP_LAUNCH, **blocks(meta),
     )
 
 
