@@ -21,6 +21,7 @@ import datetime as _dt
 import gc
 import json
 import math
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,7 +277,10 @@ def run_meta(backend, cases: Sequence[Case], stages: Sequence[str], **extra) -> 
 
 
 def default_run_name(prefix: str) -> str:
-    return f"{prefix}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    """``prefix-YYYYmmdd-HHMMSS-xxxx``: the random tail keeps runs started in the same second
+    (parallel processes on one run root) from colliding when they are moved into place."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(2)}"
 
 
 def _jsonable(v):
