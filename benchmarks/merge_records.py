@@ -13,6 +13,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out")
     ap.add_argument("parts", nargs="+")
     ap.add_argument("--command", required=True, help="the command that made the parts")
+    ap.add_argument("--unfinished", action="append", default=[], metavar="CASE=WHY",
+                    help="a case whose process wrote no part, and why (repeatable)")
     a = ap.parse_args(argv)
 
     from mamba3_perf.bench import merge_records
@@ -22,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     for p in a.parts:
         with open(p) as f:
             recs.append(json.load(f))
-    rec = merge_records(recs, command=a.command)
+    unfinished = dict(u.split("=", 1) for u in a.unfinished)
+    rec = merge_records(recs, command=a.command, unfinished=unfinished)
     write_text_atomic(a.out, json.dumps(rec, indent=1, sort_keys=True, allow_nan=False) + "\n")
     print(f"wrote {a.out}: {len(rec['meta']['cases'])} cases, {len(rec['timings'])} timings")
 

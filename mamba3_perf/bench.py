@@ -364,10 +364,13 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
     return BenchResult(run.path, table, summary, jp)
 
 
-def merge_records(records: Sequence[dict], *, command: str) -> dict:
+def merge_records(records: Sequence[dict], *, command: str,
+                  unfinished: dict[str, str] | None = None) -> dict:
     """One bench record from several of the same device and stages (e.g. one process per
     case, run one after another): timings and accuracy concatenated, the ladder and limits
-    rebuilt over all cases, ``command`` (what made the parts) in the meta."""
+    rebuilt over all cases, ``command`` (what made the parts) and each part's command, commit
+    and time in the meta. ``unfinished`` (case id -> why) names cases whose process never
+    wrote a part; they are listed in the meta, not given invented rows."""
     from mamba3_perf.reports.record import ladder_with_limits
 
     if not records:
@@ -384,7 +387,10 @@ def merge_records(records: Sequence[dict], *, command: str) -> dict:
                 raise ValueError(f"merge_records: case {c['id']} is in more than one record")
             seen.add(c["id"])
             cases.append(c)
-    meta.update(cases=cases, command=command, merged_from=[r["meta"].get("command") for r in records])
+    meta.update(cases=cases, command=command,
+                parts=[{k: r["meta"].get(k) for k in ("command", "git_commit", "created", "clocks")}
+                       | {"cases": [c["id"] for c in r["meta"].get("cases", [])]} for r in records],
+                unfinished_cases=dict(unfinished or {}))
     timings = pd.DataFrame([t for r in records for t in r["timings"]], columns=list(TIMING_COLUMNS))
     accuracy = pd.DataFrame([a for r in records for a in r["accuracy"]], columns=list(ACCURACY_COLUMNS))
     table, summary, by_id, spec = ladder_with_limits(timings, meta)

@@ -117,3 +117,37 @@ def test_ncu_command_names_the_parsers_metrics():
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert "gpu__time_duration.sum" in metrics and "dram__bytes_read.sum" in metrics
     assert cmd[-4:-2] == ["--case-json", cmd[-3]] and cmd[-1] == "stage0"
+
+
+def _part(case_id: str, us: float, commit: str) -> dict:
+    meta = {"device": "NVIDIA H200", "backend": "cuda", "timing_kind": "device",
+            "stages": ["stage0", "prod"], "git_commit": commit, "command": f"ladder {case_id}",
+            "cases": [get_case(case_id).to_dict()]}
+    timings = [bench._timing_row(v, case_id, "ok", "", "device",
+                                 {"median_us": t, "p10_us": t, "p90_us": t, "n_reps": 3})
+               for v, t in (("stage0", us), ("prod", us / 4))]
+    return {"meta": meta, "timings": timings, "accuracy": []}
+
+
+def test_merge_records_rebuilds_the_ladder_over_all_parts():
+    rec = bench.merge_records([_part("N16_P64_R4_C8", 400.0, "a"), _part("N32_P64_R4_C16", 900.0, "b")],
+                              command="h200_ladder.sh", unfinished={"N128_P64_R8_C8": "compile timed out"})
+    meta = rec["meta"]
+    assert [c["id"] for c in meta["cases"]] == ["N16_P64_R4_C8", "N32_P64_R4_C16"]
+    assert [p["git_commit"] for p in meta["parts"]] == ["a", "b"]
+    assert meta["command"] == "h200_ladder.sh" and meta["unfinished_cases"] == {"N128_P64_R8_C8": "compile timed out"}
+    prod = next(v for v in rec["ladder"]["per_variant"] if v["variant"] == "prod")
+    assert prod["n_cases"] == 2 and prod["geomean_speedup_vs_stage0"] == pytest.approx(4.0)
+    assert len(rec["timings"]) == 4 and {lim["case_id"] for lim in rec["limits"]} == {"N16_P64_R4_C8", "N32_P64_R4_C16"}
+
+
+def test_merge_records_refuses_mixed_devices_and_repeated_cases():
+    a, b = _part("N16_P64_R4_C8", 400.0, "a"), _part("N16_P64_R4_C8", 400.0, "a")
+    with pytest.raises(ValueError, match="more than one record"):
+        bench.merge_records([a, b], command="x")
+    b = _part("N32_P64_R4_C16", 400.0, "a")
+    b["meta"]["device"] = "NVIDIA A100"
+    with pytest.raises(ValueError, match="differ in device"):
+        bench.merge_records([a, b], command="x")
+    with pytest.raises(ValueError, match="no records"):
+        bench.merge_records([], command="x")
