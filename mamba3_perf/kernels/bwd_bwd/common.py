@@ -12,14 +12,12 @@ import triton
 import triton.language as tl
 
 
-
-def dot_precision(device, prec: str | None = None) -> str:
-    """Input precision of the fp32 dots: ``prec`` when given, else "tf32x3" on CUDA (three TF32
+def dot_precision(device) -> str:
+    """Input precision of the fp32 dots on ``device``: "tf32x3" on CUDA (three TF32
     tensor-core passes, fp32-level error; the "ieee" FMA dots unroll into code that spills
     tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend)."""
-    if prec is not None:
-        return prec
     return "tf32x3" if torch.device(device).type == "cuda" else "ieee"
+
 
 # Launch options of the kernels that loop over chunks: no software pipelining of the loop
 # (its multi-buffered shared memory is what makes the fused scan overflow 227 KB on Hopper),

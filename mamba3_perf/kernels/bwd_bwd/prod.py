@@ -8,8 +8,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, finalize_qk,
-    load_angles_cs, load_rows, rot_cols,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
+    finalize_qk, load_angles_cs, load_rows, rot_cols,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -35,13 +35,13 @@ def bwd_bwd_post_kernel(
                 b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
 
 
-def launch_post(x: dict, s: dict, out: dict, meta, *, prec: str | None = None) -> None:
+def launch_post(x: dict, s: dict, out: dict, meta) -> None:
     bk = blocks(meta)
     bwd_bwd_post_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         meta.S, meta.H, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], PREC=dot_precision(x["q"].device, prec),
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], PREC=dot_precision(x["q"].device),
         **CHUNK_LAUNCH,
     )
 

@@ -7,8 +7,8 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    dot_precision, LOOP_LAUNCH, blocks, fused_chunk_body, load_psiv_dphio, load_qk_rotated, load_qkd, rot_cols,
-    scalar_ptr_or_dummy, step_scalars, wt_from_segsum,
+    LOOP_LAUNCH, blocks, dot_precision, fused_chunk_body, load_psiv_dphio, load_qk_rotated,
+    load_qkd, rot_cols, scalar_ptr_or_dummy, step_scalars, wt_from_segsum,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -79,7 +79,7 @@ def bwd_bwd_fused_kernel(
         tl.store(DD + bh, tl.sum(dd, axis=0))
 
 
-def _launch_fused(x: dict, out: dict, meta, *, prec: str | None = None):
+def _launch_fused(x: dict, out: dict, meta):
     dummy = x["q_bias"]
     bwd_bwd_fused_kernel[(meta.B * meta.H,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
@@ -88,7 +88,7 @@ def _launch_fused(x: dict, out: dict, meta, *, prec: str | None = None):
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DGAMMA"],
         out["DDA"], out["DSSDA"], out["DDA_CS_REV"], out["DDA_CS"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, REDUCE_O=meta.reduce_o, HAS_D=meta.has_d, PREC=dot_precision(x["q"].device, prec),
+        C=meta.C, R=meta.R, REDUCE_O=meta.reduce_o, HAS_D=meta.has_d, PREC=dot_precision(x["q"].device),
         **LOOP_LAUNCH, **blocks(meta),
     )
 

@@ -8,9 +8,9 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, dot_precision, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_chunk_body,
-    load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows, load_time, rot_cols,
-    scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
+    CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
+    fused_chunk_body, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows,
+    load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -132,14 +132,14 @@ def launch_pre(x: dict, s: dict, meta) -> None:
     )
 
 
-def launch_scan_full(x: dict, s: dict, out: dict, meta, *, prec: str | None = None) -> None:
+def launch_scan_full(x: dict, s: dict, out: dict, meta) -> None:
     bwd_bwd_scan_full_kernel[(meta.B * meta.H,)](
         x["v"], x["mimo_v"], x["states"], x["qk_dot"], x["angles"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *scratch_args(s),
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DGAMMA"],
         out["DDA"], out["DSSDA"], out["DDA_CS_REV"], out["DDA_CS"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=dot_precision(x["q"].device, prec), **LOOP_LAUNCH, **blocks(meta),
+        C=meta.C, R=meta.R, HAS_D=meta.has_d, PREC=dot_precision(x["q"].device), **LOOP_LAUNCH, **blocks(meta),
     )
 
 

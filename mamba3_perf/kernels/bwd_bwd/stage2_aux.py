@@ -12,9 +12,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, AUX_SCRATCH, dot_precision, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, finalize_qk,
-    load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy, state_k_terms,
-    store_rows, value_grads, vec_to_time,
+    AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
+    dot_precision, finalize_qk, load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy,
+    state_k_terms, store_rows, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -259,7 +259,7 @@ def aux_scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in AUX_SCRATCH)
 
 
-def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False, prec: str | None = None) -> None:
+def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False) -> None:
     bk = blocks(meta)
     bwd_bwd_aux_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
@@ -267,11 +267,11 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False, pr
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], HAS_D=meta.has_d, RANK_LOOP=rank_loop,
-        USE_DOT=meta.C >= 16, PREC=dot_precision(x["q"].device, prec), **CHUNK_LAUNCH,
+        USE_DOT=meta.C >= 16, PREC=dot_precision(x["q"].device), **CHUNK_LAUNCH,
     )
 
 
-def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True, prec: str | None = None) -> None:
+def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True) -> None:
     bwd_bwd_scan_kernel[(meta.B * meta.H,)](
         x["v"], x["mimo_v"], x["states"], x["angles"],
         *stage1_pre.scratch_args(s), *aux_scratch_args(s), s.get("DKR", s["DKS"]),
@@ -279,7 +279,7 @@ def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True, pre
         out["DDA_CS_REV"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
         C=meta.C, R=meta.R, HAS_D=meta.has_d, FINALIZE=finalize,
-        PREC=dot_precision(x["q"].device, prec), **LOOP_LAUNCH, **blocks(meta),
+        PREC=dot_precision(x["q"].device), **LOOP_LAUNCH, **blocks(meta),
     )
 
 

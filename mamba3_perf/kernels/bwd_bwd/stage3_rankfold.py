@@ -10,8 +10,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, AUX_SCRATCH, dot_precision, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, chunk_local,
-    load_qkd, load_rows, load_time, scalar_ptr_or_dummy, state_q_terms, store_rows, wt_rows,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, chunk_local,
+    dot_precision, load_qkd, load_rows, load_time, scalar_ptr_or_dummy, state_q_terms, store_rows,
+    wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -67,14 +68,14 @@ def bwd_bwd_aux_rankfold_kernel(
     tl.store(DDP_S + bhc, tl.sum(dd_part, axis=0))
 
 
-def launch_aux_rankfold(x: dict, s: dict, out: dict, meta, *, prec: str | None = None) -> None:
+def launch_aux_rankfold(x: dict, s: dict, out: dict, meta) -> None:
     bk = blocks(meta)
     bwd_bwd_aux_rankfold_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         meta.S, meta.H, meta.N, meta.P,
-        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], HAS_D=meta.has_d, PREC=dot_precision(x["q"].device, prec),
+        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], HAS_D=meta.has_d, PREC=dot_precision(x["q"].device),
         **CHUNK_LAUNCH,
     )
 

@@ -9,8 +9,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, dot_precision, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, finalize_qk, load_angles_cs,
-    load_rows, load_time, pow2, rot_cols, scalar_ptr_or_dummy, store_rows, value_grads, vec_to_time,
+    AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, finalize_qk,
+    load_angles_cs, load_rows, load_time, pow2, rot_cols, scalar_ptr_or_dummy, store_rows,
+    value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -113,8 +114,7 @@ def bwd_bwd_scan_nblock_kernel(
         tl.store(DD + bh, dd)
 
 
-def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = True,
-                       prec: str | None = None) -> None:
+def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = True) -> None:
     bwd_bwd_scan_nblock_kernel[(meta.B * meta.H,)](
         x["v"], x["mimo_v"], x["states"], x["angles"],
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s), s["DKR"],
@@ -122,7 +122,7 @@ def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = Tr
         out["DDA_CS_REV"], scalar_ptr_or_dummy(out["DD"], out["DDA"]),
         meta.S, meta.H, meta.N, meta.P, meta.RD,
         C=meta.C, R=meta.R, BNB=nblock_size(meta.N), HAS_D=meta.has_d, FINALIZE=finalize,
-        PREC=dot_precision(x["q"].device, prec), **LOOP_LAUNCH, **blocks(meta),
+        PREC=dot_precision(x["q"].device), **LOOP_LAUNCH, **blocks(meta),
     )
 
 
