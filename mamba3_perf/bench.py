@@ -9,8 +9,10 @@ ladder stage, or the live upstream ``tilelang`` row):
 2. check the 12 gradients (:func:`mamba3_perf.kernels.accuracy.check`): any failure gives
    "wrong"; its accuracy rows are kept and it gets no time (a wrong kernel is not timed as if
    right), except ``tilelang``, which is timed for reference (:data:`TILELANG_WRONG_REASON`);
-3. time it: CUDA ``triton.testing.do_bench``; NPU ``torch.npu.synchronize`` + perf_counter;
-   CPU (Triton interpreter) perf_counter over :data:`INTERPRETER_REPS` calls.
+3. once every variant of the case is checked, time those that passed, interleaved over
+   ``rounds`` rounds (variant A, B, ..., then A, B, ... again; samples pooled): CUDA
+   ``triton.testing.do_bench``; NPU ``torch.npu.synchronize`` + perf_counter; CPU (Triton
+   interpreter) perf_counter over :data:`INTERPRETER_REPS` calls.
 
 :func:`run_bench` is the whole ``perf bench``: measure, store the run, build the ladder and
 optionally the JSON record (``records/``).
@@ -110,20 +112,26 @@ def _host_times_us(fn: Callable[[], object], device: str, reps: int) -> list[flo
     return out
 
 
-def time_fn(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
-            rep_ms: float = 100) -> dict:
-    """median_us / p10_us / p90_us / n_reps of ``fn`` on ``device``."""
+def time_samples_us(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
+                    rep_ms: float = 100) -> list[float]:
+    """Per-call times (µs) of ``fn`` on ``device``: CUDA do_bench, NPU/CPU host timing."""
     if device.startswith("cuda"):
         import triton.testing
 
         ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
-        return _stats([t * 1e3 for t in ms])
+        return [t * 1e3 for t in ms]
     if device.startswith("npu"):
         probe = _host_times_us(fn, device, 1)[0]
         _host_times_us(fn, device, max(1, int(warmup_ms * 1e3 / max(probe, 1.0))))
         reps = max(HOST_TIMER_MIN_REPS, int(rep_ms * 1e3 / max(probe, 1.0)))
-        return _stats(_host_times_us(fn, device, reps))
-    return _stats(_host_times_us(fn, device, INTERPRETER_REPS))
+        return _host_times_us(fn, device, reps)
+    return _host_times_us(fn, device, INTERPRETER_REPS)
+
+
+def time_fn(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
+            rep_ms: float = 100) -> dict:
+    """median_us / p10_us / p90_us / n_reps of ``fn`` on ``device``."""
+    return _stats(time_samples_us(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms))
 
 
 # ------------------------------------------------------------------------------ variants
@@ -172,8 +180,10 @@ def _timing_row(variant, case_id, status, reason, timing_kind, stats=None) -> di
             **stats, "timing_kind": timing_kind}
 
 
-def _measure_variant(variant: str, case: Case, x: dict, oracle, *, device, timing_kind, check,
-                     warmup_ms, rep_ms) -> tuple[dict, list[dict]]:
+def _check_variant(variant: str, case: Case, x: dict, oracle, *, device, timing_kind, check):
+    """Run ``variant`` once and check it: (row, accuracy rows, todo). ``row`` is the final
+    timing row of a variant that is not to be timed (not runnable, wrong) and todo is None;
+    else row is None and todo is (runner, status, reason) to time it with."""
     from mamba3_perf.kernels.accuracy import check as check_grads
 
     try:
@@ -181,7 +191,7 @@ def _measure_variant(variant: str, case: Case, x: dict, oracle, *, device, timin
         out = fn()
         synchronize(device)
     except Exception as e:  # any failure to compile or launch is a result, not a crash
-        return _timing_row(variant, case.id, "not runnable", first_line(e), timing_kind), []
+        return _timing_row(variant, case.id, "not runnable", first_line(e), timing_kind), [], None
     acc: list[dict] = []
     status, reason = "ok", ""
     if check:
@@ -198,24 +208,43 @@ def _measure_variant(variant: str, case: Case, x: dict, oracle, *, device, timin
         reason = "accuracy not checked"
     del out
     if status == "wrong" and variant != TILELANG:
-        return _timing_row(variant, case.id, status, reason, timing_kind), acc
-    try:
-        stats = time_fn(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms)
-    except Exception as e:
-        return _timing_row(variant, case.id, "not runnable", f"while timing: {first_line(e)}",
-                           timing_kind), acc
-    return _timing_row(variant, case.id, status, reason, timing_kind, stats), acc
+        return _timing_row(variant, case.id, status, reason, timing_kind), acc, None
+    return None, acc, (fn, status, reason)
+
+
+def _time_interleaved(todo: dict, case: Case, *, device, timing_kind, warmup_ms, rep_ms,
+                      rounds: int) -> dict[str, dict]:
+    """Timing rows of the checked variants ``todo`` (variant -> (fn, status, reason)), timed
+    in ``rounds`` rounds that visit every variant in turn (so a drift of clocks or
+    temperature during the case touches all of them alike); the samples of all rounds are
+    pooled into one median and spread."""
+    samples: dict[str, list[float]] = {v: [] for v in todo}
+    failed: dict[str, dict] = {}
+    for _ in range(max(1, rounds)):
+        for v, (fn, _status, _reason) in todo.items():
+            if v in failed:
+                continue
+            try:
+                samples[v] += time_samples_us(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms)
+            except Exception as e:
+                failed[v] = _timing_row(v, case.id, "not runnable",
+                                        f"while timing: {first_line(e)}", timing_kind)
+    return {v: failed.get(v) or _timing_row(v, case.id, status, reason, timing_kind,
+                                            _stats(samples[v]))
+            for v, (_fn, status, reason) in todo.items()}
 
 
 def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing_kind: str,
             warmup_ms: float = 25, rep_ms: float = 100, check: bool = True,
             states_dtype: torch.dtype | None = None, progress: Progress | None = None,
-            tilelang: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+            tilelang: bool = False, rounds: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Check and time ``stages`` (plus the live ``tilelang`` row when asked) on every case.
 
-    Returns the ``timings`` and ``accuracy`` tables of the run store (see
-    :mod:`mamba3_perf.runs`). ``progress(description)`` is called once per finished
-    (case, variant). A requested tilelang row that cannot run here is recorded "not runnable".
+    Per case, every variant is first run once and checked; those that pass (and ``tilelang``)
+    are then timed in ``rounds`` interleaved rounds (:func:`_time_interleaved`). Returns the
+    ``timings`` and ``accuracy`` tables of the run store (see :mod:`mamba3_perf.runs`).
+    ``progress(description)`` is called once per finished (case, variant). A requested
+    tilelang row that cannot run here is recorded "not runnable".
     """
     from mamba3_perf import tilelang_row
     from mamba3_perf.kernels.checking import oracles
@@ -240,20 +269,30 @@ def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing
                     progress(f"{case.id} {v}")
             _free(device)
             continue
+        rows: dict[str, dict | None] = {}
+        todo: dict = {}
         for v in variants:
             if v == TILELANG and not tl_ok:
-                timings.append(_timing_row(v, case.id, "not runnable", tilelang_row.UNAVAILABLE,
-                                           timing_kind))
+                rows[v] = _timing_row(v, case.id, "not runnable", tilelang_row.UNAVAILABLE,
+                                      timing_kind)
             else:
-                row, acc = _measure_variant(v, case, x, oracle, device=device,
-                                            timing_kind=timing_kind, check=check,
-                                            warmup_ms=warmup_ms, rep_ms=rep_ms)
-                timings.append(row)
+                rows[v], acc, fn = _check_variant(v, case, x, oracle, device=device,
+                                                  timing_kind=timing_kind, check=check)
                 accuracy.extend(acc)
+                if fn is not None:
+                    todo[v] = fn
             _free(device)
-            if progress:
+            if progress and rows[v] is not None:
                 progress(f"{case.id} {v}")
-        del x, oracle
+        del oracle
+        _free(device)
+        timed = _time_interleaved(todo, case, device=device, timing_kind=timing_kind,
+                                  warmup_ms=warmup_ms, rep_ms=rep_ms, rounds=rounds)
+        if progress:
+            for v in todo:
+                progress(f"{case.id} {v}")
+        timings.extend(timed.get(v) or rows[v] for v in variants)
+        del x, todo
         _free(device)
     return (pd.DataFrame(timings, columns=list(TIMING_COLUMNS)),
             pd.DataFrame(accuracy, columns=list(ACCURACY_COLUMNS)))
@@ -339,7 +378,7 @@ class BenchResult:
 def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root: str | Path,
               name: str | None = None, warmup_ms: float = 25, rep_ms: float = 100,
               tilelang: bool = False, json_path: str | Path | None = None,
-              progress: Progress | None = None) -> BenchResult:
+              progress: Progress | None = None, rounds: int = 1) -> BenchResult:
     """``perf bench``: measure, store the run (timings + accuracy), build the ladder and the
     optional JSON record (written atomically)."""
     from mamba3_perf.reports.record import ladder_with_limits
@@ -347,9 +386,11 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
 
     timings, accuracy = measure(cases, stages, device=backend.device,
                                 timing_kind=backend.timing_kind, warmup_ms=warmup_ms,
-                                rep_ms=rep_ms, progress=progress, tilelang=tilelang)
+                                rep_ms=rep_ms, progress=progress, tilelang=tilelang,
+                                rounds=rounds)
     stage_list = list(stages) + ([TILELANG] if tilelang and TILELANG not in stages else [])
-    meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                    rounds=rounds)
     name = name or default_run_name("bench")
     with create_run(out_root, name, meta) as w:
         w.write_table("timings", timings)

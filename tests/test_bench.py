@@ -72,6 +72,28 @@ def test_tilelang_unavailable_here_is_recorded(measured):
     assert len(steps) == 4  # one progress call per (case, variant)
 
 
+def test_timing_rounds_interleave_variants_and_pool_samples():
+    calls = []
+
+    def runner(name, fail_after=None):
+        def fn():
+            if fail_after is not None and calls.count(name) >= fail_after:
+                raise RuntimeError("CUDA error: an illegal memory access")
+            calls.append(name)
+        return fn
+
+    todo = {"a": (runner("a"), "ok", ""), "b": (runner("b"), "wrong", "upstream"),
+            "c": (runner("c", fail_after=bench.INTERPRETER_REPS), "ok", "")}
+    rows = bench._time_interleaved(todo, get_case("pw-1"), device="cpu", timing_kind="interpreter",
+                                   warmup_ms=1, rep_ms=1, rounds=2)
+    k = bench.INTERPRETER_REPS
+    assert calls == ["a"] * k + ["b"] * k + ["c"] * k + ["a"] * k + ["b"] * k
+    assert rows["a"]["n_reps"] == 2 * k and rows["a"]["status"] == "ok"
+    assert rows["b"]["status"] == "wrong" and rows["b"]["reason"] == "upstream"
+    assert rows["c"]["status"] == "not runnable" and "while timing: RuntimeError" in rows["c"]["reason"]
+    assert math.isnan(rows["c"]["median_us"])
+
+
 def test_unknown_stage_fails_before_running():
     with pytest.raises(StageError, match="unknown stage"):
         bench.measure([get_case("pw-1")], ["nope"], device="cpu", timing_kind="interpreter")

@@ -34,6 +34,8 @@ def bench(
     name: Optional[str] = typer.Option(None, help="run name (default bench-<UTC time>)"),
     warmup_ms: float = typer.Option(25, help="do_bench warmup (device backends)"),
     rep_ms: float = typer.Option(100, help="do_bench repetition time (device backends)"),
+    rounds: int = typer.Option(1, min=1, help="interleaved timing rounds per case (every variant "
+                                              "in turn, samples pooled)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write one JSON record "
                                                                  "(meta, timings, accuracy, ladder, limits)"),
 ):
@@ -52,7 +54,7 @@ def bench(
     with progress_bar(total, "bench") as progress:
         res = run_bench(case_list, stage_list, backend=bk, out_root=out, name=name,
                         warmup_ms=warmup_ms, rep_ms=rep_ms, tilelang=tilelang,
-                        json_path=json_out, progress=progress)
+                        json_path=json_out, progress=progress, rounds=rounds)
     typer.echo(run_summary(res.table, title=f"Run {res.run_path.name} ({bk.name}, {bk.timing_kind})"))
     typer.echo(ladder_means(res.summary))
     typer.echo(f"wrote {res.run_path}")
