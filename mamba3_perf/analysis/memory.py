@@ -50,6 +50,11 @@ _AUX = (
     _B("[CR,P] (PsiV, dPhiO, dPsiV)", ("CR", "P"), 3),
 )
 _POST = (_B("[CR,N] (q, k, dq, dk)", ("CR", "N"), 4),)
+# The in-register finish (inverse rotary, DANGLES) of the stages before prod swaps the
+# rotate-half partners with a 0/1 permutation dot, whose [N,N] operand sits in shared memory;
+# prod's post kernel reads its operands from scratch and gathers partners by address.
+_PERM = _B("rotate-half permutation [N,N]", ("N", "N"))
+_SCAN_FINISH = _SCAN + (_PERM,)
 
 # stage -> kernel part -> buffers of one program of that part.
 STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
@@ -61,13 +66,15 @@ STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
         _B("PsiV, dPhiO, dPsiV", ("CR", "P"), 3),
         _B("lkq, dkq", ("CR", "CR"), 2),
         _B("dq, dk", ("CR", "N"), 2, where="regs"),
+        _PERM,
     )},
-    "stage1_pre": {"scan": _SCAN, "aux": _AUX},
-    "stage2_aux": {"scan": _SCAN, "aux": _AUX},
+    "stage1_pre": {"scan": _SCAN_FINISH, "aux": _AUX},
+    "stage2_aux": {"scan": _SCAN_FINISH, "aux": _AUX},
     # rankfold keeps the shapes (it folds the R=4 rank loop; the buffers are the same)
-    "stage3_rankfold": {"scan": _SCAN, "aux": _AUX},
-    "stage4_nblock": {"scan": _SCAN, "aux": _AUX, "post": _POST},
-    "stage5_rankloop": {"scan": _SCAN, "aux": _AUX, "post": _POST},
+    "stage3_rankfold": {"scan": _SCAN_FINISH, "aux": _AUX},
+    # the N-blocked scan finishes q/k per chunk on whole [CR,N] rows after its block walk
+    "stage4_nblock": {"scan": _SCAN, "aux": _AUX, "post": _POST + (_PERM,)},
+    "stage5_rankloop": {"scan": _SCAN, "aux": _AUX, "post": _POST + (_PERM,)},
     "prod": {"scan": _SCAN, "aux": _AUX, "post": _POST},
 }
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.

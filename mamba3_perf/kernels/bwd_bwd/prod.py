@@ -1,6 +1,9 @@
 """prod: a ``post`` kernel on (B,H,nchunks) does the inverse rotary, the q/k diagonal
 correction and DANGLES, so the serial scan only writes dK in the rotated domain; every output
-is fully written, so none is zero-filled first (torch.empty)."""
+is fully written, so none is zero-filled first (torch.empty). The post kernel reads all its
+operands from scratch, so it gathers rotate-half partners by address (no permutation dots):
+that is what lets prod run at N=256, where the [N, N] permutation operand of the in-register
+finish needs 256 KB of shared memory."""
 from __future__ import annotations
 
 import triton
@@ -8,10 +11,25 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
-    finalize_qk, load_angles_cs, load_rows, rot_cols,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, load_angles_cs,
+    rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+
+@triton.jit
+def _rows_at(X, bhc, i, cols, mask, ncols, CR: tl.constexpr):
+    """X[bhc, i, cols] of a fused-row scratch buffer, 0 where ``mask`` is false."""
+    return tl.load(X + (bhc * CR + i[:, None]) * ncols + cols[None, :], mask=mask[None, :], other=0.0)
+
+
+@triton.jit
+def _angle_grad(X_S, DX_S, bhc, i, j, jp, mj, cj, sj, N, CR: tl.constexpr):
+    """d(loss)/d(angle j) per row through x's rotation: columns j and jp = j + N/2."""
+    x1 = _rows_at(X_S, bhc, i, j, mj, N, CR)
+    x2 = _rows_at(X_S, bhc, i, jp, mj, N, CR)
+    return (_rows_at(DX_S, bhc, i, j, mj, N, CR) * (-sj * x1 - cj * x2)
+            + _rows_at(DX_S, bhc, i, jp, mj, N, CR) * (-sj * x2 + cj * x1))
 
 
 @triton.jit
@@ -19,20 +37,41 @@ def bwd_bwd_post_kernel(
     ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
     DQ, DK, DANG,
     S, H, N, RD,
-    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
 ):
+    """Everything here reads scratch, so the rotate-half partner columns are gathered by
+    address instead of the permutation / fold dots the in-register finish needs
+    (:func:`common.finalize_qk`): no [BN, BN] operand in shared memory, any N."""
     nc = S // C
     b, h, c, bh, bhc = chunk_coords(H, nc)
     CR: tl.constexpr = C * R
     i = tl.arange(0, CR)
     tpos = c * C + i // R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
+    mn = n < N
     cs, sn = load_angles_cs(ANG, b, h, tpos, n, jn, rot, S, H, N, RD)
-    finalize_qk(DQ, DK, DANG, load_rows(DQR_S, bhc, i, n, N, CR), load_rows(DKR_S, bhc, i, n, N, CR),
-                load_rows(QB_S, bhc, i, n, N, CR), load_rows(QB_S, bhc, i, partner, N, CR),
-                load_rows(KB_S, bhc, i, n, N, CR), load_rows(KB_S, bhc, i, partner, N, CR),
-                cs, sn, load_rows(DQD_S, bhc, i, n, N, CR), load_rows(DKD_S, bhc, i, n, N, CR),
-                b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
+    orow = ((b * S * R + c * CR + i[:, None]) * H + h) * N + n[None, :]
+    dq = (cs * _rows_at(DQR_S, bhc, i, n, mn, N, CR)
+          - sgn[None, :] * sn * _rows_at(DQR_S, bhc, i, partner, mn, N, CR)
+          + _rows_at(DQD_S, bhc, i, n, mn, N, CR))
+    tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn[None, :])
+    dk = (cs * _rows_at(DKR_S, bhc, i, n, mn, N, CR)
+          - sgn[None, :] * sn * _rows_at(DKR_S, bhc, i, partner, mn, N, CR)
+          + _rows_at(DKD_S, bhc, i, n, mn, N, CR))
+    tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn[None, :])
+    # DANGLES per angle j: both columns it rotates, j and j + N/2
+    # (xr_j = cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2)
+    j = tl.arange(0, BRD)
+    mj = j < RD
+    jp = j + N // 2
+    a = tl.load(ANG + ((b * S + tpos[:, None]) * H + h) * RD + j[None, :], mask=mj[None, :], other=0.0)
+    cj = tl.cos(a)
+    sj = tl.sin(a)
+    g = (_angle_grad(QB_S, DQR_S, bhc, i, j, jp, mj, cj, sj, N, CR)
+         + _angle_grad(KB_S, DKR_S, bhc, i, j, jp, mj, cj, sj, N, CR))
+    tc = tl.arange(0, C)
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j[None, :],
+             rows_to_time(g, C, R, BRD), mask=mj[None, :])
 
 
 def launch_post(x: dict, s: dict, out: dict, meta) -> None:
@@ -41,8 +80,7 @@ def launch_post(x: dict, s: dict, out: dict, meta) -> None:
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         meta.S, meta.H, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], PREC=dot_precision(x["q"].device),
-        **CHUNK_LAUNCH,
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], **CHUNK_LAUNCH,
     )
 
 
