@@ -76,6 +76,14 @@ STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
     "stage4_nblock": {"scan": _SCAN, "aux": _AUX, "post": _POST + (_PERM,)},
     "stage5_rankloop": {"scan": _SCAN, "aux": _AUX, "post": _POST + (_PERM,)},
     "prod": {"scan": _SCAN, "aux": _AUX, "post": _POST},
+    # the scan is the elementwise recurrence on [32,32] tiles (TN, TP); the dstates terms walk
+    # N in blocks of BT rows per chunk (see kernels.bwd_bwd.stage6_statepass)
+    "stage6_statepass": {
+        "scan": (_B("dstates tile", ("TN", "TP"), where="regs"), _B("q, dPhiO", ("CR", "TN"), 2)),
+        "aux": _AUX,
+        "post": (_B("dstates, states [BT,P]", ("BT", "P"), 2), _B("k, dk [CR,BT]", ("CR", "BT"), 2),
+                 _B("PsiV, dPsiV [CR,P]", ("CR", "P"), 2)),
+    },
 }
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
@@ -88,7 +96,11 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     bn = case.N
     if stage in NBLOCK_STAGES and case.N * case.P > NBLOCK_THRESHOLD:
         bn = min(NBLOCK_BN, case.N)
-    return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn}
+    from mamba3_perf.kernels.bwd_bwd import stage6_statepass as s6
+
+    tn, tp = s6.pass_tiles(case)
+    return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
+            "TN": tn, "TP": tp, "BT": s6.terms_block(case)}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

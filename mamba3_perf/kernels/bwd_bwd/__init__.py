@@ -6,3 +6,4 @@ from mamba3_perf.kernels.bwd_bwd import stage3_rankfold  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage4_nblock  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage5_rankloop  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import prod  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage6_statepass  # noqa: F401

@@ -307,7 +307,8 @@ def fused_chunk_body(DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
 def alloc_scratch(meta, device, names) -> dict:
     """fp32 scratch buffers by name (torch.empty: every stage writes before it reads).
 
-    rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C].
+    rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
+    DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -318,7 +319,7 @@ def alloc_scratch(meta, device, names) -> dict:
         "WT": (B, H, nc, C, C), "DECAY": (B, H, nc),
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
-        "DKR": (B, H, nc, C * R, N),
+        "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
     }
     return {n: torch.empty(shapes[n], dtype=torch.float32, device=device) for n in names}
 

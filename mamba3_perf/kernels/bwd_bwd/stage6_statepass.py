@@ -1,0 +1,202 @@
+"""stage6_statepass: the serial part shrinks to the one truly serial recurrence.
+
+Everything the scan of the stages before does with dstates is linear in it, and dstates obeys
+dstates_c = dstates_{c+1} * decay_{c+1} + qr_{c+1}^T (dPhiO_{c+1} * exp(da_cs)), elementwise in
+(N, P) and with a chunk-local increment. So:
+
+* ``state_pass`` (scan) runs that recurrence alone on a (B*H, N/BNB, P/BPB) grid of small
+  tiles and stores the dstates every chunk sees to HBM scratch [B,H,nc,N,P] (fp32);
+* ``state_terms`` (post) does, per chunk on a (B,H,nchunks) grid, what the scan did with
+  dstates (dPsiV, dK in the rotated domain, DDA_CS_REV, DFACTOR, DDA) and the value side (DV,
+  this chunk's DMIMO_V part);
+* ``chunk_sum`` (post) adds the chunks' DMIMO_V and D parts per (B,H);
+* prod's ``post`` kernel finishes q/k (inverse rotary, diagonal, DANGLES).
+
+The price is the dstates scratch: nchunks * N * P * 4 bytes per (b, h), written once and read
+once (1 GiB at B=4, H=16, S=2048, N=P=128, C=8).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
+from mamba3_perf.kernels.bwd_bwd.common import (
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
+    load_rows, load_time, pow2, scalar_ptr_or_dummy, state_k_terms, store_rows, value_grads,
+    vec_to_time,
+)
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+PASS_TILE = 32  # BNB = BPB of the state pass (a [32, 32] fp32 tile per program)
+PASS_LAUNCH = dict(num_warps=4, num_stages=3)  # small tiles; the next chunk's loads pipelined
+TERMS_TILE_ELEMS = 4096  # state_terms walks N in blocks of BNB rows with BNB * BP <= this
+
+
+@triton.jit
+def bwd_bwd_state_pass_kernel(
+    QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
+    S, N, P,
+    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
+):
+    """DST[c] = the dstates chunk c sees (the gradient w.r.t. the state leaving it)."""
+    bh = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
+    p = tl.program_id(2) * BPB + tl.arange(0, BPB)
+    mask = (cols < N)[:, None] & (p < P)[None, :]
+    CR: tl.constexpr = C * R
+    nc = S // C
+    i = tl.arange(0, CR)
+    ti = i // R
+    run = tl.zeros([BNB, BPB], dtype=tl.float32)
+    for cc in range(0, nc):
+        c = nc - 1 - cc
+        bhc = bh * nc + c
+        ecs = load_time(ECS_S, bh, c * C + ti, S)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
+        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+        decay = tl.load(DECAY_S + bhc)
+        tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
+        run = run * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+
+
+@triton.jit
+def bwd_bwd_state_terms_kernel(
+    V, MV, STATES, KR_S, PSIV_S, TS_S, EREV_S, DECAY_S, DPSIV_S, DKS_S, DST_S,
+    DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
+    S, H, N, P,
+    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
+):
+    """One chunk's dstates-dependent terms (as the scan of stage2/4 computes them) and its
+    value side, from DST[c]."""
+    nc = S // C
+    b, h, c, bh, bhc = chunk_coords(H, nc)
+    CR: tl.constexpr = C * R
+    i = tl.arange(0, CR)
+    ti = i // R
+    ri = i % R
+    tc = tl.arange(0, C)
+    tpos = c * C + ti
+    p = tl.arange(0, BP)
+    mp = p < P
+    ts = load_time(TS_S, bh, tpos, S)
+    erev = load_time(EREV_S, bh, tpos, S)
+    psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+    dpsiv = load_rows(DPSIV_S, bhc, i, p, P, CR)
+    ddacsrev = tl.zeros([CR], dtype=tl.float32)
+    dfac = tl.zeros([CR], dtype=tl.float32)
+    dda = 0.0
+    for nb in range(0, tl.cdiv(N, BNB)):
+        cols = nb * BNB + tl.arange(0, BNB)
+        m = (cols < N)[:, None] & mp[None, :]
+        ds = tl.load(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], mask=m, other=0.0)
+        st = tl.load(STATES + (bhc * N + cols[:, None]) * P + p[None, :], mask=m, other=0.0).to(tl.float32)
+        kr = load_rows(KR_S, bhc, i, cols, N, CR)
+        ks = kr * ts[:, None]
+        dpsiv_inter, dk_raw = state_k_terms(ks, psiv, ds, erev, PREC)
+        dpsiv += dpsiv_inter
+        dks = load_rows(DKS_S, bhc, i, cols, N, CR) + dk_raw * erev[:, None]
+        store_rows(DKR_S, dks * ts[:, None], bhc, i, cols, N, CR)
+        ddacsrev += tl.sum(ks * dk_raw, axis=1)
+        dfac += tl.sum(kr * dks, axis=1)
+        dda += tl.sum(tl.sum(st * ds, axis=1), axis=0)
+    toff = bh * S + c * C + tc
+    tl.store(DDACSREV + toff, vec_to_time(ddacsrev, C, R))
+    tl.store(DFAC + toff, vec_to_time(dfac, C, R))
+    tl.store(DDA + toff, tl.zeros([C], dtype=tl.float32) + tl.load(DECAY_S + bhc) * dda)
+    psi = tl.load(MV + (h * R + ri[:, None]) * P + p[None, :], mask=mp[None, :], other=0.0)
+    v = tl.load(V + ((b * S + tpos[:, None]) * H + h) * P + p[None, :], mask=mp[None, :], other=0.0).to(tl.float32)
+    dv, dmv = value_grads(dpsiv, psi, v, C, R, BP)
+    tl.store(DV + ((b * S + c * C + tc[:, None]) * H + h) * P + p[None, :],
+             dv.to(DV.dtype.element_ty), mask=mp[None, :])
+    r_ = tl.arange(0, R)
+    tl.store(DMVP_S + (bhc * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
+
+
+@triton.jit
+def bwd_bwd_chunk_sum_kernel(
+    DMVP_S, DDP_S, DMV, DD,
+    S, P,
+    C: tl.constexpr, R: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
+):
+    """DMIMO_V and DD per (b, h): the sums of the chunks' parts."""
+    bh = tl.program_id(0).to(tl.int64)
+    nc = S // C
+    r_ = tl.arange(0, R)
+    p = tl.arange(0, BP)
+    mp = p < P
+    dmv = tl.zeros([R, BP], dtype=tl.float32)
+    dd = 0.0
+    for c in range(0, nc):
+        dmv += tl.load(DMVP_S + ((bh * nc + c) * R + r_[:, None]) * P + p[None, :], mask=mp[None, :], other=0.0)
+        dd += tl.load(DDP_S + bh * nc + c)
+    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
+    if HAS_D:
+        tl.store(DD + bh, dd)
+
+
+def pass_tiles(meta) -> tuple[int, int]:
+    """(BNB, BPB) of the state pass: PASS_TILE, or the dimension's block when smaller."""
+    return min(PASS_TILE, pow2(meta.N)), min(PASS_TILE, pow2(meta.P))
+
+
+def terms_block(meta) -> int:
+    """BNB of state_terms: rows of N per step so that a [BNB, BP] tile stays small."""
+    bp = pow2(meta.P)
+    return max(16, min(pow2(meta.N), TERMS_TILE_ELEMS // bp))
+
+
+def launch_state_pass(x: dict, s: dict, meta) -> None:
+    bnb, bpb = pass_tiles(meta)
+    grid = (meta.B * meta.H, triton.cdiv(meta.N, bnb), triton.cdiv(meta.P, bpb))
+    bwd_bwd_state_pass_kernel[grid](
+        s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
+        meta.S, meta.N, meta.P,
+        C=meta.C, R=meta.R, BNB=bnb, BPB=bpb, PREC=dot_precision(x["q"].device), **PASS_LAUNCH,
+    )
+
+
+def launch_state_terms(x: dict, s: dict, out: dict, meta) -> None:
+    bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
+        x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
+        s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
+        out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
+        meta.S, meta.H, meta.N, meta.P,
+        C=meta.C, R=meta.R, BNB=terms_block(meta), BP=blocks(meta)["BP"],
+        PREC=dot_precision(x["q"].device), **CHUNK_LAUNCH,
+    )
+
+
+def launch_chunk_sum(x: dict, s: dict, out: dict, meta) -> None:
+    bwd_bwd_chunk_sum_kernel[(meta.B * meta.H,)](
+        s["DMVP"], s["DDP"], out["DMIMO_V"], scalar_ptr_or_dummy(out["DD"], out["DMIMO_V"]),
+        meta.S, meta.P,
+        C=meta.C, R=meta.R, BP=blocks(meta)["BP"], HAS_D=meta.has_d,
+    )
+
+
+def run(x: dict, out: dict, meta) -> None:
+    s = alloc_scratch(meta, x["q"].device, PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP"))
+    stage1_pre.launch_pre(x, s, meta)
+    stage5_rankloop.launch_aux(x, s, out, meta)
+    launch_state_pass(x, s, meta)
+    launch_state_terms(x, s, out, meta)
+    launch_chunk_sum(x, s, out, meta)
+    prod.launch_post(x, s, out, meta)
+
+
+STAGE = register_stage(StageSpec(
+    name="stage6_statepass",
+    parent="prod",
+    summary="the scan keeps only the elementwise dstates recurrence on (B,H,N/32,P/32) tiles, "
+            "stores dstates per chunk; a (B,H,nchunks) kernel does every dstates-dependent term",
+    entry=run,
+    kernels=(KernelSpec("bwd_bwd_pre_kernel", Tag.PRE),
+             KernelSpec("bwd_bwd_aux_rankfold_kernel", Tag.AUX),
+             KernelSpec("bwd_bwd_aux_kernel", Tag.AUX),
+             KernelSpec("bwd_bwd_state_pass_kernel", Tag.SCAN, "elementwise dstates recurrence"),
+             KernelSpec("bwd_bwd_state_terms_kernel", Tag.POST, "dstates-dependent terms per chunk"),
+             KernelSpec("bwd_bwd_chunk_sum_kernel", Tag.POST, "DMIMO_V and DD chunk sums"),
+             KernelSpec("bwd_bwd_post_kernel", Tag.POST)),
+    zero_outputs=False,
+))
