@@ -329,6 +329,13 @@ AUX_SCRATCH = ("DPSIV", "DKS", "DQR", "DQD", "DKD", "DDP")
 
 
 @triton.jit
+def fused_rows(C: tl.constexpr, R: tl.constexpr):
+    """(i, t, r) of one chunk's C*R fused rows, i = t*R + r."""
+    i = tl.arange(0, C * R)
+    return i, i // R, i % R
+
+
+@triton.jit
 def chunk_coords(H, nc):
     """(b, h, c, bh, bhc) of a program on a (B*H*nc) grid."""
     bhc = tl.program_id(0).to(tl.int64)

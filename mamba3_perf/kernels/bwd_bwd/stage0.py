@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     LOOP_LAUNCH, blocks, dot_precision, fused_chunk_body, load_psiv_dphio, load_qk_rotated,
     load_qkd, rot_cols, scalar_ptr_or_dummy, step_scalars, wt_from_segsum,
 )
@@ -32,9 +33,7 @@ def bwd_bwd_fused_kernel(
     bh = b * H + h
     CR: tl.constexpr = C * R
     nc = S // C
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     mn = n < N
     p = tl.arange(0, BP)

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
     fused_chunk_body, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows,
     load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
@@ -26,9 +27,7 @@ def bwd_bwd_pre_kernel(
     b, h, c, bh, bhc = chunk_coords(H, nc)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     tpos = c * C + ti
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     p = tl.arange(0, BP)
@@ -66,9 +65,7 @@ def bwd_bwd_scan_full_kernel(
     h = bh % H
     CR: tl.constexpr = C * R
     nc = S // C
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     mn = n < N
     p = tl.arange(0, BP)

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
     dot_precision, finalize_qk, load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy,
     state_k_terms, store_rows, value_grads, vec_to_time,
@@ -198,9 +199,7 @@ def bwd_bwd_scan_kernel(
     h = bh % H
     CR: tl.constexpr = C * R
     nc = S // C
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     mn = n < N
     p = tl.arange(0, BP)

@@ -10,6 +10,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, chunk_local,
     dot_precision, load_qkd, load_rows, load_time, scalar_ptr_or_dummy, state_q_terms, store_rows,
     wt_rows,
@@ -30,9 +31,7 @@ def bwd_bwd_aux_rankfold_kernel(
     nc = S // C
     b, h, c, bh, bhc = chunk_coords(H, nc)
     CR: tl.constexpr = C * R
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     tpos = c * C + ti
     tc = tl.arange(0, C)
     n = tl.arange(0, BN)

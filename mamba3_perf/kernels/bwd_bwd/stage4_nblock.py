@@ -9,6 +9,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, finalize_qk,
     load_angles_cs, load_rows, load_time, pow2, rot_cols, scalar_ptr_or_dummy, store_rows,
     value_grads, vec_to_time,
@@ -48,9 +49,7 @@ def bwd_bwd_scan_nblock_kernel(
     h = bh % H
     CR: tl.constexpr = C * R
     nc = S // C
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     p = tl.arange(0, BP)
     mp = p < P
     tc = tl.arange(0, C)

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
+    fused_rows,
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
     load_rows, load_time, pow2, scalar_ptr_or_dummy, state_k_terms, store_rows, value_grads,
     vec_to_time,
@@ -46,8 +47,7 @@ def bwd_bwd_state_pass_kernel(
     mask = (cols < N)[:, None] & (p < P)[None, :]
     CR: tl.constexpr = C * R
     nc = S // C
-    i = tl.arange(0, CR)
-    ti = i // R
+    i, ti, _ = fused_rows(C, R)
     run = tl.zeros([BNB, BPB], dtype=tl.float32)
     for cc in range(0, nc):
         c = nc - 1 - cc
@@ -72,9 +72,7 @@ def bwd_bwd_state_terms_kernel(
     nc = S // C
     b, h, c, bh, bhc = chunk_coords(H, nc)
     CR: tl.constexpr = C * R
-    i = tl.arange(0, CR)
-    ti = i // R
-    ri = i % R
+    i, ti, ri = fused_rows(C, R)
     tc = tl.arange(0, C)
     tpos = c * C + ti
     p = tl.arange(0, BP)
