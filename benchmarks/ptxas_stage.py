@@ -68,10 +68,15 @@ def ptxas_report(fn: JITFunction, args: tuple, kwargs: dict, *, prec: str, warps
                        target=GPUTarget("cuda", 90, 32), options=opts)
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(k.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    res = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                         capture_output=True, text=True)
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    for exe in ("ptxas", "ptxas-blackwell"):  # the PTX may need the newer of the two bundled
+        res = subprocess.run([os.path.join(bindir, exe), "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True)
+        if res.returncode == 0:
+            break
     os.unlink(f.name)
+    if res.returncode != 0:
+        raise RuntimeError(f"ptxas failed on {fn.__name__}: {res.stderr.strip()[-300:]}")
     info = " | ".join(line.split("ptxas info    :")[-1].strip() for line in res.stderr.splitlines()
                       if "Used" in line or "spill" in line)
     return (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "

@@ -59,8 +59,9 @@ def test_nblock_scan_any_n(stage, N, P):
 
 def test_registry_lists_the_ladder_in_order_with_tags():
     from mamba3_perf.kernels.registry import Tag, kernel_tags
+    from mamba3_perf.analysis.ladder import LADDER
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
-                      "stage5_rankloop", "prod", "stage6_statepass"]
+                      "stage5_rankloop", "prod", "stage6_statepass"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE
