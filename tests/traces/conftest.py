@@ -12,6 +12,9 @@ PROJECT_TAGS = {
     "bwd_bwd_scan_full_kernel": (Tag.SCAN, "scanfull"),
     "bwd_bwd_scan_nblock_kernel": (Tag.SCAN, "nblock"),
     "bwd_bwd_post_kernel": (Tag.POST, "prod"),
+    "bwd_bwd_state_pass_kernel": (Tag.SCAN, "stage6_statepass"),
+    "bwd_bwd_state_terms_kernel": (Tag.POST, "stage6_statepass"),
+    "bwd_bwd_chunk_sum_kernel": (Tag.POST, "stage6_statepass"),
 }
 
 
