@@ -31,7 +31,11 @@ from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_st
 
 PASS_TILE = 32  # BNB = BPB of the state pass (a [32, 32] fp32 tile per program)
 PASS_LAUNCH = dict(num_warps=4, num_stages=3)  # small tiles; the next chunk's loads pipelined
-TERMS_TILE_ELEMS = 4096  # state_terms walks N in blocks of BNB rows with BNB * BP <= this
+TERMS_TILE_ELEMS = 8192  # state_terms walks N in blocks of BNB <= 64 rows with BNB * BP <= this
+# state_terms: 8 warps as the other chunk kernels, but its N-block loop is not software
+# pipelined: at N=P=128, C=8 the pipelined loop compiles for sm_90 to 14.5 KB of spill stores
+# per thread (ptxas, benchmarks/ptxas_stage.py)
+TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 
 
 @triton.jit
@@ -141,7 +145,7 @@ def pass_tiles(meta) -> tuple[int, int]:
 def terms_block(meta) -> int:
     """BNB of state_terms: rows of N per step so that a [BNB, BP] tile stays small."""
     bp = pow2(meta.P)
-    return max(16, min(pow2(meta.N), TERMS_TILE_ELEMS // bp))
+    return max(16, min(64, pow2(meta.N), TERMS_TILE_ELEMS // bp))
 
 
 def launch_state_pass(x: dict, s: dict, meta) -> None:
@@ -161,7 +165,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta) -> None:
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=terms_block(meta), BP=blocks(meta)["BP"],
-        PREC=dot_precision(x["q"].device), **CHUNK_LAUNCH,
+        PREC=dot_precision(x["q"].device), **TERMS_LAUNCH,
     )
 
 
