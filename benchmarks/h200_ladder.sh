@@ -4,16 +4,18 @@
 # parallel, then the cases are timed one after another on the warm caches, one process per
 # case, each writing its own record (a case cut off by the deadline is reported as skipped).
 # benchmarks/merge_records.py joins the per-case records into records/h200-ladder.json.
-# usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases]
+# usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel]
+# e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
 set -u
-work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}
+work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}; stages=${5:-all}
+rounds=${6:-1}; par=${7:-14}
 t0=$(date +%s)
-bash benchmarks/h200_warm.sh "$work/warm" all "$spec" "$phase1"
+bash benchmarks/h200_warm.sh "$work/warm" "$stages" "$spec" "$phase1" "$par"
 mkdir -p "$work/cases"
 for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.join(c.id for c in select_cases('$spec')))"); do
   left=$(( deadline - ($(date +%s) - t0) ))
   if [ "$left" -lt 15 ]; then echo "  skipped $c: deadline"; continue; fi
-  timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages all --out /tmp/ladder-runs \
-    --warmup-ms 10 --rep-ms 60 --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
+  timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages "$stages" --rounds "$rounds" \
+    --out /tmp/ladder-runs --warmup-ms 10 --rep-ms 60 --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
   echo "  timed $c rc=$? $(( $(date +%s) - t0 ))s"
 done
