@@ -71,7 +71,7 @@ def ladder_means(summary: LadderSummary, *, width: int = 160) -> str:
              _num(r["geomean_step_speedup"], "{:.2f}", "x"),
              _num(r["geomean_ratio_vs_tilelang"], "{:.3g}", "x"), r["n_cases"],
              ", ".join(r["missing"])] for r in summary.per_variant.to_dict("records")]
-    out = render(_table("Ladder (over the cases stage0 runs)", cols, rows), width=width)
+    out = render(_table("Ladder (vs stage0 over the cases stage0 runs; steps and TileLang over all)", cols, rows), width=width)
     if summary.stage0_not_runnable:
         nr = [[c, why] for c, why in summary.stage0_not_runnable]
         out += render(_table("Cases stage0 cannot run (left out of the means)", ["case", "reason"], nr),

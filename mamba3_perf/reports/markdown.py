@@ -101,8 +101,9 @@ def _step_gains(summary: LadderSummary) -> str:
              _x(r["geomean_speedup_vs_stage0"]), _x(r["geomean_ratio_vs_tilelang"], "{:.3g}x"), r["n_cases"],
              ", ".join(r["missing"]) or "-"]
             for r in summary.per_variant.to_dict("records")]
-    return ("## Per-step gains\n\nGeometric means over the cases stage0 runs; "
-            "TileLang column is time / TileLang time.\n\n"
+    return ("## Per-step gains\n\nGeometric means: vs stage0 over the cases stage0 runs, step gain "
+            "over the cases the step and its parent both ran, vs TileLang (time / TileLang time) "
+            "over the cases the step ran; cases = those of stage0's it ran.\n\n"
             + _md_table(["step", "parent", "step gain", "vs stage0", "vs TileLang", "cases",
                          "not ok on"], rows))
 

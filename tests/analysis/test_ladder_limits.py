@@ -29,6 +29,8 @@ TIMINGS = _t([
     ("stage0", "N256_P64_R4_C8", "not runnable", "smem 300 KB > 227 KB", math.nan, math.nan, math.nan),
     ("prod", "N256_P64_R4_C8", "ok", "", 10.0, 9, 11),
     ("tilelang", "N32_P64_R4_C16", "ok", "", 20.0, 19, 21),
+    ("tilelang", "N256_P64_R4_C8", "wrong", "upstream bf16 arithmetic; timed for reference", 8.0, 8, 8),
+    ("tilelang", "N64_P64_R4_C16", "not runnable", "tilelang not importable", math.nan, math.nan, math.nan),
 ])
 
 
@@ -59,10 +61,12 @@ def test_ladder_table_speedups_and_tilelang():
     assert math.isnan(get("prod", "N256_P64_R4_C8").speedup_vs_stage0)  # stage0 cannot run
     live = get("stage1_pre", "N32_P64_R4_C16")
     assert live.tilelang_source == "live" and live.ratio_vs_tilelang == pytest.approx(2.0)
-    rec = get("prod", "N64_P64_R4_C16")
+    bf16 = get("prod", "N256_P64_R4_C8")  # a live row timed for reference counts
+    assert bf16.tilelang_source == "live" and bf16.ratio_vs_tilelang == pytest.approx(10.0 / 8.0)
+    rec = get("prod", "N64_P64_R4_C16")  # the live row did not run: the recorded one
     assert rec.tilelang_source == "recorded"
     assert rec.ratio_vs_tilelang == pytest.approx(25.0 / 1433.2)
-    assert list(t[t.case_id == "N64_P64_R4_C16"].variant) == ["stage0", "stage1_pre", "prod"]
+    assert list(t[t.case_id == "N64_P64_R4_C16"].variant) == ["stage0", "stage1_pre", "prod", "tilelang"]
 
 
 def test_summary_geomean_and_unrunnable():
@@ -120,3 +124,14 @@ def test_resolve_cases_prefers_run_metadata():
     meta = [dict(get_case("N64_P64_R4_C16").to_dict(), id="custom", B=1)]
     got = resolve_cases(["custom", "N64_P64_R4_C16", "unknown-id"], meta)
     assert got["custom"].B == 1 and got["N64_P64_R4_C16"].B == 4 and "unknown-id" not in got
+
+
+def test_step_gain_and_tilelang_ratio_where_stage0_cannot_run():
+    t = _t([("stage0", "N128_P64_R4_C16", "not runnable", "smem", math.nan, math.nan, math.nan),
+            ("stage5_rankloop", "N128_P64_R4_C16", "ok", "", 30.0, 29, 31),
+            ("prod", "N128_P64_R4_C16", "ok", "", 15.0, 14, 16),
+            ("tilelang", "N128_P64_R4_C16", "wrong", "upstream bf16 arithmetic", 5.0, 5, 5)])
+    pv = summarize_ladder(ladder_table(t)).per_variant.set_index("variant")
+    assert pv.loc["prod", "geomean_step_speedup"] == pytest.approx(2.0)
+    assert pv.loc["prod", "geomean_ratio_vs_tilelang"] == pytest.approx(3.0)
+    assert math.isnan(pv.loc["prod", "geomean_speedup_vs_stage0"]) and pv.loc["prod", "n_cases"] == 0

@@ -16,7 +16,7 @@ def test_bench_stores_run_and_json_record(tmp_path):
                               str(tmp_path), "--name", "b1", "--json", str(rec)])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0] == "note: Triton-interpreter timings (CPU), not device timings"
-    assert "Ladder (over the cases stage0 runs)" in res.output
+    assert "Ladder (vs stage0 over the cases stage0 runs" in res.output
     run = read_run(tmp_path / "b1")
     assert run.meta["timing_kind"] == "interpreter" and run.meta["stages"] == ["stage0"]
     assert run.meta["cases"][0]["id"] == "pw-1" and run.tables == ("timings", "accuracy")
