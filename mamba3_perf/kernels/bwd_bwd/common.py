@@ -251,6 +251,36 @@ def finalize_qk(DQ, DK, DANG, dqr, dkr, qb, qbp, kb, kbp, cs, sn, dq_diag, dk_di
 
 
 @triton.jit
+def scan_step_operands(TS_S, EREV_S, ECS_S, KR_S, QR_S, PSIV_S, DPHIO_S, DECAY_S, STATES,
+                       bh, bhc, tpos, i, cols, p, S, N, P, CR: tl.constexpr):
+    """What one reverse-scan step over chunk ``bhc`` reads, for the N columns ``cols``:
+    ts, exp(da_cs_rev), exp(da_cs) [CR]; kr, ks = kr * ts, qr [CR, cols]; PsiV, dPhiO [CR, P];
+    the chunk decay; the cached state tile [cols, P]."""
+    ts = load_time(TS_S, bh, tpos, S)
+    kr = load_rows(KR_S, bhc, i, cols, N, CR)
+    return (ts, load_time(EREV_S, bh, tpos, S), load_time(ECS_S, bh, tpos, S),
+            kr, kr * ts[:, None], load_rows(QR_S, bhc, i, cols, N, CR),
+            load_rows(PSIV_S, bhc, i, p, P, CR), load_rows(DPHIO_S, bhc, i, p, P, CR),
+            tl.load(DECAY_S + bhc), load_state_tile(STATES, bhc, cols, p, N, P))
+
+
+@triton.jit
+def load_state_tile(X, bhc, cols, p, N, P):
+    """Rows ``cols`` x columns ``p`` of chunk ``bhc``'s [N,P] state in a [B,H,nc,N,P] buffer, fp32."""
+    return tl.load(X + (bhc * N + cols[:, None]) * P + p[None, :],
+                   mask=(cols < N)[:, None] & (p < P)[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def store_value_sums(DMV, DD, dmv, dd, bh, p, P, R: tl.constexpr, HAS_D: tl.constexpr):
+    """DMIMO_V [R,P] and (HAS_D) DD of one (b, h)."""
+    r_ = tl.arange(0, R)
+    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=(p < P)[None, :])
+    if HAS_D:
+        tl.store(DD + bh, dd)
+
+
+@triton.jit
 def load_rows(X, bhc, i, cols, ncols, CR: tl.constexpr):
     """A fused-row scratch tile [CR, len(cols)] of a [B,H,nc,CR,ncols] fp32 buffer."""
     return tl.load(X + (bhc * CR + i[:, None]) * ncols + cols[None, :],

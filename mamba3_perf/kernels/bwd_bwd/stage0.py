@@ -7,9 +7,9 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
-    LOOP_LAUNCH, blocks, dot_precision, fused_chunk_body, load_psiv_dphio, load_qk_rotated,
-    load_qkd, rot_cols, scalar_ptr_or_dummy, step_scalars, wt_from_segsum,
+    LOOP_LAUNCH, blocks, dot_precision, fused_chunk_body, fused_rows, load_psiv_dphio,
+    load_qk_rotated, load_qkd, load_state_tile, rot_cols, scalar_ptr_or_dummy, step_scalars,
+    store_value_sums, wt_from_segsum,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -31,14 +31,10 @@ def bwd_bwd_fused_kernel(
     h = pid % H
     hq = h // (H // G)
     bh = b * H + h
-    CR: tl.constexpr = C * R
     nc = S // C
     i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
-    mn = n < N
     p = tl.arange(0, BP)
-    mp = p < P
-    tc = tl.arange(0, C)
     if HAS_D:
         dskip = tl.load(DSKIP + h)
     else:
@@ -60,8 +56,7 @@ def bwd_bwd_fused_kernel(
         qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
         da_end = tl.load(DACS + bh * S + c * C + C - 1)
         decay = tl.exp(da_end)
-        st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
-                     mask=mn[:, None] & mp[None, :], other=0.0).to(tl.float32)
+        st = load_state_tile(STATES, bhc, n, p, N, P)
 
         dstates, dmv_c, dd_part = fused_chunk_body(
             DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
@@ -72,10 +67,7 @@ def bwd_bwd_fused_kernel(
         dd += dd_part
 
 
-    r_ = tl.arange(0, R)
-    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
-    if HAS_D:
-        tl.store(DD + bh, tl.sum(dd, axis=0))
+    store_value_sums(DMV, DD, dmv, tl.sum(dd, axis=0), bh, p, P, R, HAS_D)
 
 
 def _launch_fused(x: dict, out: dict, meta):

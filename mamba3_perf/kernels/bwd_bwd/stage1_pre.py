@@ -8,10 +8,10 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
-    fused_chunk_body, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd, load_rows,
-    load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows, wt_from_segsum, wt_rows,
+    fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
+    load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows,
+    store_value_sums, wt_from_segsum, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -67,7 +67,6 @@ def bwd_bwd_scan_full_kernel(
     nc = S // C
     i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
-    mn = n < N
     p = tl.arange(0, BP)
     mp = p < P
     if HAS_D:
@@ -99,8 +98,7 @@ def bwd_bwd_scan_full_kernel(
         wt = wt_rows(WT_S, bhc, ti, C)
         qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
         decay = tl.load(DECAY_S + bhc)
-        st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
-                     mask=mn[:, None] & mp[None, :], other=0.0).to(tl.float32)
+        st = load_state_tile(STATES, bhc, n, p, N, P)
         dstates, dmv_c, dd_part = fused_chunk_body(
             DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
             qb, qbp, qr, kb, kbp, kr, cs, sn, gamma, ts, ecs, erev, v, psi, psiv, dphio, wt, qkd,
@@ -108,10 +106,7 @@ def bwd_bwd_scan_full_kernel(
             S, H, N, P, RD, C, R, BN, BP, BRD, HAS_D, PREC)
         dmv += dmv_c
         dd += dd_part
-    r_ = tl.arange(0, R)
-    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
-    if HAS_D:
-        tl.store(DD + bh, tl.sum(dd, axis=0))
+    store_value_sums(DMV, DD, dmv, tl.sum(dd, axis=0), bh, p, P, R, HAS_D)
 
 
 def scratch_args(s: dict) -> tuple:

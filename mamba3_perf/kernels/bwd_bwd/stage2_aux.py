@@ -12,10 +12,10 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
     AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
-    dot_precision, finalize_qk, load_angles_cs, load_rows, load_time, rot_cols, scalar_ptr_or_dummy,
-    state_k_terms, store_rows, value_grads, vec_to_time,
+    dot_precision, finalize_qk, fused_rows, load_angles_cs, load_rows, load_state_tile, load_time,
+    rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms, store_rows, store_value_sums,
+    value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -150,8 +150,7 @@ def bwd_bwd_aux_kernel(
     ts = load_time(TS_S, bh, tpos, S)
     ecs = load_time(ECS_S, bh, tpos, S)
     wt = tl.load(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :])
-    st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
-                 mask=(n < N)[:, None] & (p < P)[None, :], other=0.0).to(tl.float32)
+    st = load_state_tile(STATES, bhc, n, p, N, P)
     if HAS_D:
         dskip = tl.load(DSKIP + h)
     else:
@@ -201,7 +200,6 @@ def bwd_bwd_scan_kernel(
     nc = S // C
     i, ti, ri = fused_rows(C, R)
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
-    mn = n < N
     p = tl.arange(0, BP)
     mp = p < P
     tc = tl.arange(0, C)
@@ -213,17 +211,9 @@ def bwd_bwd_scan_kernel(
         c = nc - 1 - cc
         bhc = bh * nc + c
         tpos = c * C + ti
-        ts = load_time(TS_S, bh, tpos, S)
-        erev = load_time(EREV_S, bh, tpos, S)
-        ecs = load_time(ECS_S, bh, tpos, S)
-        kr = load_rows(KR_S, bhc, i, n, N, CR)
-        ks = kr * ts[:, None]
-        qr = load_rows(QR_S, bhc, i, n, N, CR)
-        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
-        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
-        decay = tl.load(DECAY_S + bhc)
-        st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
-                     mask=mn[:, None] & mp[None, :], other=0.0).to(tl.float32)
+        ts, erev, ecs, kr, ks, qr, psiv, dphio, decay, st = scan_step_operands(
+            TS_S, EREV_S, ECS_S, KR_S, QR_S, PSIV_S, DPHIO_S, DECAY_S, STATES,
+            bh, bhc, tpos, i, n, p, S, N, P, CR)
         v = tl.load(V + ((b * S + tpos[:, None]) * H + h) * P + p[None, :], mask=mp[None, :], other=0.0).to(tl.float32)
         dpsiv_inter, dk_raw = state_k_terms(ks, psiv, dstates, erev, PREC)
         dpsiv = load_rows(DPSIV_S, bhc, i, p, P, CR) + dpsiv_inter
@@ -248,10 +238,7 @@ def bwd_bwd_scan_kernel(
             store_rows(DKR_S, dkr, bhc, i, n, N, CR)
         dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
         dd += tl.load(DDP_S + bhc)
-    r_ = tl.arange(0, R)
-    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
-    if HAS_D:
-        tl.store(DD + bh, dd)
+    store_value_sums(DMV, DD, dmv, dd, bh, p, P, R, HAS_D)
 
 
 def aux_scratch_args(s: dict) -> tuple:

@@ -10,10 +10,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, chunk_local,
-    dot_precision, load_qkd, load_rows, load_time, scalar_ptr_or_dummy, state_q_terms, store_rows,
-    wt_rows,
+    dot_precision, fused_rows, load_qkd, load_rows, load_state_tile, load_time, scalar_ptr_or_dummy,
+    state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -53,8 +52,7 @@ def bwd_bwd_aux_rankfold_kernel(
         dskip = 0.0
     dssda, dgam, dpsiv, dks, dqr, dq_diag, dk_diag, dd_part = chunk_local(
         ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip, C, R, HAS_D, PREC)
-    st = tl.load(STATES + (bhc * N + n[:, None]) * P + p[None, :],
-                 mask=(n < N)[:, None] & (p < P)[None, :], other=0.0).to(tl.float32)
+    st = load_state_tile(STATES, bhc, n, p, N, P)
     ddacs, dq_inter = state_q_terms(dphio, st, qr, ecs, C, R, PREC)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
     tl.store(DGAM + bh * S + c * C + tc, dgam)

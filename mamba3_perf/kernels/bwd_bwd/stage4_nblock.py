@@ -9,10 +9,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
     AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, finalize_qk,
-    load_angles_cs, load_rows, load_time, pow2, rot_cols, scalar_ptr_or_dummy, store_rows,
-    value_grads, vec_to_time,
+    fused_rows, load_angles_cs, load_rows, pow2, rot_cols, scalar_ptr_or_dummy, scan_step_operands,
+    store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -56,24 +55,15 @@ def bwd_bwd_scan_nblock_kernel(
     # phase 1: one reverse walk over the chunks per block of N
     for nb in range(0, tl.cdiv(N, BNB)):
         cols = nb * BNB + tl.arange(0, BNB)
-        mcol = cols < N
         first = nb == 0
         dstates = tl.zeros([BNB, BP], dtype=tl.float32)
         for cc in range(0, nc):
             c = nc - 1 - cc
             bhc = bh * nc + c
             tpos = c * C + ti
-            ts = load_time(TS_S, bh, tpos, S)
-            erev = load_time(EREV_S, bh, tpos, S)
-            ecs = load_time(ECS_S, bh, tpos, S)
-            kr = load_rows(KR_S, bhc, i, cols, N, CR)
-            ks = kr * ts[:, None]
-            qr = load_rows(QR_S, bhc, i, cols, N, CR)
-            psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
-            dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
-            decay = tl.load(DECAY_S + bhc)
-            st = tl.load(STATES + (bhc * N + cols[:, None]) * P + p[None, :],
-                         mask=mcol[:, None] & mp[None, :], other=0.0).to(tl.float32)
+            ts, erev, ecs, kr, ks, qr, psiv, dphio, decay, st = scan_step_operands(
+                TS_S, EREV_S, ECS_S, KR_S, QR_S, PSIV_S, DPHIO_S, DECAY_S, STATES,
+                bh, bhc, tpos, i, cols, p, S, N, P, CR)
             part = tl.dot(ks, dstates, input_precision=PREC) * erev[:, None]
             store_rows(DPSIV_S, load_rows(DPSIV_S, bhc, i, p, P, CR) + part, bhc, i, p, P, CR)
             dk_raw = tl.dot(psiv, tl.trans(dstates), input_precision=PREC)
@@ -107,10 +97,7 @@ def bwd_bwd_scan_nblock_kernel(
                         cs, sn, load_rows(DQD_S, bhc, i, n, N, CR), load_rows(DKD_S, bhc, i, n, N, CR),
                         b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
         dd += tl.load(DDP_S + bhc)
-    r_ = tl.arange(0, R)
-    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
-    if HAS_D:
-        tl.store(DD + bh, dd)
+    store_value_sums(DMV, DD, dmv, dd, bh, p, P, R, HAS_D)
 
 
 def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = True) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage3_rankfold, stage4_nblock
 from mamba3_perf.kernels.bwd_bwd.common import AUX_SCRATCH, PRE_SCRATCH, alloc_scratch
-from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
 def uses_rank_loop(meta) -> bool:

@@ -22,10 +22,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fused_rows,
-    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
-    load_rows, load_time, pow2, scalar_ptr_or_dummy, state_k_terms, store_rows, value_grads,
-    vec_to_time,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, fused_rows,
+    load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms, store_rows,
+    store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -90,9 +89,8 @@ def bwd_bwd_state_terms_kernel(
     dda = 0.0
     for nb in range(0, tl.cdiv(N, BNB)):
         cols = nb * BNB + tl.arange(0, BNB)
-        m = (cols < N)[:, None] & mp[None, :]
-        ds = tl.load(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], mask=m, other=0.0)
-        st = tl.load(STATES + (bhc * N + cols[:, None]) * P + p[None, :], mask=m, other=0.0).to(tl.float32)
+        ds = load_state_tile(DST_S, bhc, cols, p, N, P)
+        st = load_state_tile(STATES, bhc, cols, p, N, P)
         kr = load_rows(KR_S, bhc, i, cols, N, CR)
         ks = kr * ts[:, None]
         dpsiv_inter, dk_raw = state_k_terms(ks, psiv, ds, erev, PREC)
@@ -132,9 +130,7 @@ def bwd_bwd_chunk_sum_kernel(
     for c in range(0, nc):
         dmv += tl.load(DMVP_S + ((bh * nc + c) * R + r_[:, None]) * P + p[None, :], mask=mp[None, :], other=0.0)
         dd += tl.load(DDP_S + bh * nc + c)
-    tl.store(DMV + (bh * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
-    if HAS_D:
-        tl.store(DD + bh, dd)
+    store_value_sums(DMV, DD, dmv, dd, bh, p, P, R, HAS_D)
 
 
 def pass_tiles(meta) -> tuple[int, int]:
