@@ -4,9 +4,11 @@ The model is data (:data:`STAGE_BUFFERS`): for each stage, each kernel part (fus
 scan, post) lists its live buffers with a shape written in the dimension names
 C, R, N, P, CR (= C*R) and BN (the scan's N block), an element size, and where the buffer
 lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
-is the sum of its buffers; a stage fits when its largest part fits the device budget:
+is the sum of its buffers; a stage fits when every part fits the device:
 
-* GPU: shared memory per block + the SM's register file (H200: 227 KiB + 64K x 4 B);
+* GPU: the part's "smem" buffers within the shared memory one block may use (H200: 227 KiB;
+  Triton fails the launch with OutOfResources beyond it, while registers only spill), and
+  the whole working set within shared memory + the SM's register file (227 KiB + 64K x 4 B);
 * Ascend NPU: the vector core's Unified Buffer (910B: 192 KiB), which the Triton-Ascend
   lowering stages every tile through.
 
@@ -56,19 +58,26 @@ _POST = (_B("[CR,N] (q, k, dq, dk)", ("CR", "N"), 4),)
 _PERM = _B("rotate-half permutation [N,N]", ("N", "N"))
 _SCAN_FINISH = _SCAN + (_PERM,)
 
+# stage0's loop body (and stage1's scan, which runs the same body on precomputed operands)
+_FUSED = (
+    _B("dstates", ("N", "P"), where="regs"),
+    _B("states tile", ("N", "P")),
+    _B("q, k (rotated)", ("CR", "N"), 2),
+    _B("q_pre, k_pre (angle gradients only, no dot)", ("CR", "N"), 2, where="regs"),
+    _B("PsiV, dPhiO, dPsiV", ("CR", "P"), 3),
+    _B("lkq, dkq", ("CR", "CR"), 2),
+    _B("dq, dk", ("CR", "N"), 2, where="regs"),
+    _PERM,
+)
+
 # stage -> kernel part -> buffers of one program of that part.
 STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
     # one program per (b, h) does everything in its chunk loop
-    "stage0": {"fused": (
-        _B("dstates", ("N", "P"), where="regs"),
-        _B("states tile", ("N", "P")),
-        _B("q, k, q_pre, k_pre", ("CR", "N"), 4),
-        _B("PsiV, dPhiO, dPsiV", ("CR", "P"), 3),
-        _B("lkq, dkq", ("CR", "CR"), 2),
-        _B("dq, dk", ("CR", "N"), 2, where="regs"),
-        _PERM,
-    )},
-    "stage1_pre": {"scan": _SCAN_FINISH, "aux": _AUX},
+    "stage0": {"fused": _FUSED},
+    # the pre kernel holds the rotated and pre-rotation q/k rows; the scan still does all the
+    # chunk-local work of stage0's loop on them
+    "stage1_pre": {"pre": (_B("q, k, q_pre, k_pre", ("CR", "N"), 4, where="regs"),),
+                   "scan": _FUSED},
     "stage2_aux": {"scan": _SCAN_FINISH, "aux": _AUX},
     # rankfold keeps the shapes (it folds the R=4 rank loop; the buffers are the same)
     "stage3_rankfold": {"scan": _SCAN_FINISH, "aux": _AUX},
@@ -136,21 +145,38 @@ def working_set(stage: str, case: Case) -> dict[str, int]:
 
 
 def budget_bytes(device: DeviceSpec) -> int:
-    """On-chip bytes one program may hold (see the module docstring)."""
+    """On-chip bytes one program may hold in all (see the module docstring)."""
     if device.kind == "npu":
         return device.ub_bytes
     return device.smem_per_block_bytes + device.registers_per_sm * 4
 
 
+def smem_bytes(stage: str, case: Case) -> dict[str, int]:
+    """Bytes of shared-memory operand tiles per kernel part of ``stage``."""
+    t = buffer_table(stage, case)
+    t = t[t["where"] == "smem"]
+    return {str(k): int(v) for k, v in t.groupby("part", sort=False)["bytes"].sum().items()}
+
+
 def predict_runnable(stage: str, case: Case, device: DeviceSpec) -> tuple[bool, str]:
-    """(fits, reason): whether every part's working set fits ``device``'s budget."""
+    """(fits, reason): whether every part of ``stage`` fits ``device`` (module docstring)."""
     ws = working_set(stage, case)
     part, need = max(ws.items(), key=lambda kv: kv[1])
     budget = budget_bytes(device)
-    where = "UB" if device.kind == "npu" else "shared memory + registers"
+    if device.kind == "npu":
+        rel = "<=" if need <= budget else ">"
+        return need <= budget, (f"{part} working set {need / 1024:.1f} KiB {rel} "
+                                f"{budget / 1024:.0f} KiB UB on {device.name}")
+    sm = smem_bytes(stage, case)
+    spart, sneed = max(sm.items(), key=lambda kv: kv[1]) if sm else (part, 0)
+    limit = device.smem_per_block_bytes
+    if sneed > limit:
+        return False, (f"{spart} shared-memory tiles {sneed / 1024:.1f} KiB > {limit / 1024:.0f} KiB "
+                       f"per block on {device.name}")
     rel = "<=" if need <= budget else ">"
-    return need <= budget, (f"{part} working set {need / 1024:.1f} KiB {rel} "
-                            f"{budget / 1024:.0f} KiB {where} on {device.name}")
+    return need <= budget, (f"{part} working set {need / 1024:.1f} KiB {rel} {budget / 1024:.0f} KiB "
+                            f"shared memory + registers on {device.name} (shared-memory tiles "
+                            f"{sneed / 1024:.1f} KiB <= {limit / 1024:.0f} KiB)")
 
 
 PREDICTION_COLUMNS = ("stage", "case_id", "device", "predicted_runnable", "working_set_bytes",
