@@ -4,18 +4,28 @@
 # parallel, then the cases are timed one after another on the warm caches, one process per
 # case, each writing its own record (a case cut off by the deadline is reported as skipped).
 # benchmarks/merge_records.py joins the per-case records into records/h200-ladder.json.
-# usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel]
+# With unit "stage" the compile phase runs one process per (case, stage); a stage whose compile
+# outlasted phase1_s is then recorded "not runnable" in its case's record (ladder.py --skip).
+# usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel] [unit]
 # e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
 set -u
 work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}; stages=${5:-all}
-rounds=${6:-1}; par=${7:-14}
+rounds=${6:-1}; par=${7:-14}; unit=${8:-case}
 t0=$(date +%s)
-bash benchmarks/h200_warm.sh "$work/warm" "$stages" "$spec" "$phase1" "$par"
+bash benchmarks/h200_warm.sh "$work/warm" "$stages" "$spec" "$phase1" "$par" "$unit"
 mkdir -p "$work/cases"
 for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.join(c.id for c in select_cases('$spec')))"); do
   left=$(( deadline - ($(date +%s) - t0) ))
   if [ "$left" -lt 15 ]; then echo "  skipped $c: deadline"; continue; fi
-  timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages "$stages" --rounds "$rounds" \
+  skip=()
+  for f in "$work"/warm/rc/"$c"__*; do
+    [ -e "$f" ] || continue
+    rc=$(cat "$f")
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      skip+=(--skip "${f##*__}=compile and first run did not end within ${phase1} s (benchmarks/h200_warm.sh)")
+    fi
+  done
+  timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages "$stages" --rounds "$rounds" "${skip[@]}" \
     --out /tmp/ladder-runs --warmup-ms 10 --rep-ms 60 --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
   echo "  timed $c rc=$? $(( $(date +%s) - t0 ))s"
 done

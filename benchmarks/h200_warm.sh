@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Compile (and check) STAGES on every case of CASES, one process per case, in parallel: Triton
-# and TileLang compile on one CPU core per process, so a 16-core device machine warms its
-# caches (~/.triton/cache, ~/.tilelang/cache) in the time of the slowest case. The GPU is
-# shared meanwhile, so these timings are thrown away; logs and throw-away records go to WORK.
-# usage: benchmarks/h200_warm.sh WORK STAGES CASES [timeout_s] [parallel]
+# Compile (and check) STAGES on every case of CASES in parallel processes: Triton and TileLang
+# compile on one CPU core per process, so a 16-core device machine warms its caches
+# (~/.triton/cache, ~/.tilelang/cache) in the time of the slowest unit. The GPU is shared
+# meanwhile, so these timings are thrown away; logs and throw-away records go to WORK.
+# UNIT "case" (default) runs one process per case with all STAGES; "stage" one process per
+# (case, stage), so a stage whose compile outlasts TIMEOUT costs only itself: its exit status
+# (124 or 137) is left in WORK/rc/CASE__STAGE for h200_ladder.sh to record it not runnable.
+# usage: benchmarks/h200_warm.sh WORK STAGES CASES [timeout_s] [parallel] [unit]
 set -u
-work=$1; stages=$2; spec=$3; limit=${4:-300}; par=${5:-14}
+work=$1; stages=$2; spec=$3; limit=${4:-300}; par=${5:-14}; unit=${6:-case}
 t0=$(date +%s)
-mkdir -p "$work"
-cases=$(python3 -c "from mamba3_perf.bench import select_cases; print(' '.join(c.id for c in select_cases('$spec')))")
-printf '%s\n' $cases | xargs -P "$par" -I{} sh -c "timeout $limit python3 benchmarks/ladder.py --cases {} \
-  --stages $stages --out /tmp/warm-runs --warmup-ms 1 --rep-ms 1 --json $work/{}.json \
-  > $work/{}.log 2>&1; echo \"  warm {} ($stages) rc=\$? \$(( \$(date +%s) - $t0 ))s\""
+mkdir -p "$work/rc"
+units=$(python3 -c "
+from mamba3_perf.bench import select_cases, select_stages
+cases = [c.id for c in select_cases('$spec')]
+names, tl = select_stages('$stages')
+stages = names + (['tilelang'] if tl else [])
+print(' '.join(cases if '$unit' == 'case' else [f'{c}__{s}' for c in cases for s in stages]))")
+printf '%s\n' $units | xargs -P "$par" -I{} sh -c "u={}; c=\${u%%__*}; s=\${u#*__}; [ \"\$s\" = \"\$u\" ] && s='$stages'; \
+  timeout $limit python3 benchmarks/ladder.py --cases \$c --stages \$s --out /tmp/warm-runs --warmup-ms 1 --rep-ms 1 \
+  --json $work/\$u.json > $work/\$u.log 2>&1; rc=\$?; echo \$rc > $work/rc/\$u; \
+  echo \"  warm \$u (\$s) rc=\$rc \$(( \$(date +%s) - $t0 ))s\""

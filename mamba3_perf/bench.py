@@ -237,8 +237,13 @@ def _time_interleaved(todo: dict, case: Case, *, device, timing_kind, warmup_ms,
 def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing_kind: str,
             warmup_ms: float = 25, rep_ms: float = 100, check: bool = True,
             states_dtype: torch.dtype | None = None, progress: Progress | None = None,
-            tilelang: bool = False, rounds: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+            tilelang: bool = False, rounds: int = 1,
+            skip: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Check and time ``stages`` (plus the live ``tilelang`` row when asked) on every case.
+
+    ``skip`` (variant -> reason) records those variants "not runnable" with that reason
+    without running them: what a caller found out beforehand, e.g. a compile that did not end
+    within a deadline in another process (benchmarks/h200_warm.sh).
 
     Per case, every variant is first run once and checked; those that pass (and ``tilelang``)
     are then timed in ``rounds`` interleaved rounds (:func:`_time_interleaved`). Returns the
@@ -272,7 +277,9 @@ def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing
         rows: dict[str, dict | None] = {}
         todo: dict = {}
         for v in variants:
-            if v == TILELANG and not tl_ok:
+            if skip and v in skip:
+                rows[v] = _timing_row(v, case.id, "not runnable", skip[v], timing_kind)
+            elif v == TILELANG and not tl_ok:
                 rows[v] = _timing_row(v, case.id, "not runnable", tilelang_row.UNAVAILABLE,
                                       timing_kind)
             else:
@@ -378,7 +385,8 @@ class BenchResult:
 def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root: str | Path,
               name: str | None = None, warmup_ms: float = 25, rep_ms: float = 100,
               tilelang: bool = False, json_path: str | Path | None = None,
-              progress: Progress | None = None, rounds: int = 1) -> BenchResult:
+              progress: Progress | None = None, rounds: int = 1,
+              skip: dict[str, str] | None = None) -> BenchResult:
     """``perf bench``: measure, store the run (timings + accuracy), build the ladder and the
     optional JSON record (written atomically)."""
     from mamba3_perf.reports.record import ladder_with_limits
@@ -387,7 +395,7 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
     timings, accuracy = measure(cases, stages, device=backend.device,
                                 timing_kind=backend.timing_kind, warmup_ms=warmup_ms,
                                 rep_ms=rep_ms, progress=progress, tilelang=tilelang,
-                                rounds=rounds)
+                                rounds=rounds, skip=skip)
     stage_list = list(stages) + ([TILELANG] if tilelang and TILELANG not in stages else [])
     meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms,
                     rounds=rounds)

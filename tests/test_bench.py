@@ -94,6 +94,16 @@ def test_timing_rounds_interleave_variants_and_pool_samples():
     assert math.isnan(rows["c"]["median_us"])
 
 
+def test_skipped_stage_is_recorded_not_runnable_without_running(monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench, "variant_runner", lambda v, case, x: ran.append(v) or (lambda: None))
+    t, a = bench.measure([get_case("pw-1")], ["stage1_pre"], device="cpu", timing_kind="interpreter",
+                         check=False, skip={"stage1_pre": "compile did not end within 450 s"})
+    r = t.set_index("variant").loc["stage1_pre"]
+    assert (r["status"], r["reason"], r["n_reps"]) == ("not runnable", "compile did not end within 450 s", 0)
+    assert ran == [] and a.empty
+
+
 def test_unknown_stage_fails_before_running():
     with pytest.raises(StageError, match="unknown stage"):
         bench.measure([get_case("pw-1")], ["nope"], device="cpu", timing_kind="interpreter")
