@@ -1,5 +1,6 @@
 """Sweep the launch options (num_warps, num_stages) of the (B, H, nchunks)-grid kernels of a
-stage (pre, aux, state terms, post: every kernel launched with ``common.CHUNK_LAUNCH``) and
+stage (pre, aux, post: every kernel launched with ``common.CHUNK_LAUNCH``; stage6's state
+terms have their own ``TERMS_LAUNCH`` and its state pass ``PASS_LAUNCH``) and
 report, per case and option pair, the stage's golden check, its do_bench time and each
 kernel's device time from a torch.profiler trace. What the defaults in
 ``kernels/bwd_bwd/common.py`` rest on.

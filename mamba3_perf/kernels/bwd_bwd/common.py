@@ -251,6 +251,12 @@ def finalize_qk(DQ, DK, DANG, dqr, dkr, qb, qbp, kb, kbp, cs, sn, dq_diag, dk_di
 
 
 @triton.jit
+def dstates_step(dstates, decay, qr, dphio, ecs, PREC: tl.constexpr):
+    """The reverse recurrence: from the dstates chunk c sees to the one chunk c-1 sees."""
+    return dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+
+
+@triton.jit
 def scan_step_operands(TS_S, EREV_S, ECS_S, KR_S, QR_S, PSIV_S, DPHIO_S, DECAY_S, STATES,
                        bh, bhc, tpos, i, cols, p, S, N, P, CR: tl.constexpr):
     """What one reverse-scan step over chunk ``bhc`` reads, for the N columns ``cols``:
@@ -330,7 +336,7 @@ def fused_chunk_body(DSSDA, DGAM, DV, DDACSREV, DFAC, DDA, DDACS, DQ, DK, DANG,
     finalize_qk(DQ, DK, DANG, dqr + dq_inter, dks * ts[:, None], qb, qbp, kb, kbp, cs, sn,
                 dq_diag, dk_diag, b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
     # dstates becomes the gradient w.r.t. the state entering chunk c
-    dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+    dstates = dstates_step(dstates, decay, qr, dphio, ecs, PREC)
     return dstates, dmv_c, dd_part
 
 

@@ -12,14 +12,15 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, load_angles_cs,
-    rot_cols, rows_to_time,
+    load_rows, rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
 @triton.jit
 def _rows_at(X, bhc, i, cols, mask, ncols, CR: tl.constexpr):
-    """X[bhc, i, cols] of a fused-row scratch buffer, 0 where ``mask`` is false."""
+    """X[bhc, i, cols] of a fused-row scratch buffer, 0 where ``mask`` is false (load_rows
+    with a mask other than cols < ncols: the angle columns j < RD and j + N/2)."""
     return tl.load(X + (bhc * CR + i[:, None]) * ncols + cols[None, :], mask=mask[None, :], other=0.0)
 
 
@@ -51,13 +52,13 @@ def bwd_bwd_post_kernel(
     mn = n < N
     cs, sn = load_angles_cs(ANG, b, h, tpos, n, jn, rot, S, H, N, RD)
     orow = ((b * S * R + c * CR + i[:, None]) * H + h) * N + n[None, :]
-    dq = (cs * _rows_at(DQR_S, bhc, i, n, mn, N, CR)
-          - sgn[None, :] * sn * _rows_at(DQR_S, bhc, i, partner, mn, N, CR)
-          + _rows_at(DQD_S, bhc, i, n, mn, N, CR))
+    dq = (cs * load_rows(DQR_S, bhc, i, n, N, CR)
+          - sgn[None, :] * sn * load_rows(DQR_S, bhc, i, partner, N, CR)
+          + load_rows(DQD_S, bhc, i, n, N, CR))
     tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn[None, :])
-    dk = (cs * _rows_at(DKR_S, bhc, i, n, mn, N, CR)
-          - sgn[None, :] * sn * _rows_at(DKR_S, bhc, i, partner, mn, N, CR)
-          + _rows_at(DKD_S, bhc, i, n, mn, N, CR))
+    dk = (cs * load_rows(DKR_S, bhc, i, n, N, CR)
+          - sgn[None, :] * sn * load_rows(DKR_S, bhc, i, partner, N, CR)
+          + load_rows(DKD_S, bhc, i, n, N, CR))
     tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn[None, :])
     # DANGLES per angle j: both columns it rotates, j and j + N/2
     # (xr_j = cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2)

@@ -13,9 +13,9 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
-    dot_precision, finalize_qk, fused_rows, load_angles_cs, load_rows, load_state_tile, load_time,
-    rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms, store_rows, store_value_sums,
-    value_grads, vec_to_time,
+    dot_precision, dstates_step, finalize_qk, fused_rows, load_angles_cs, load_rows,
+    load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms,
+    store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -236,7 +236,7 @@ def bwd_bwd_scan_kernel(
                         b, h, c, i, n, partner, sgn, jn, rot, S, H, N, RD, C, R, BN, BRD, PREC)
         else:
             store_rows(DKR_S, dkr, bhc, i, n, N, CR)
-        dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+        dstates = dstates_step(dstates, decay, qr, dphio, ecs, PREC)
         dd += tl.load(DDP_S + bhc)
     store_value_sums(DMV, DD, dmv, dd, bh, p, P, R, HAS_D)
 

@@ -9,9 +9,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, finalize_qk,
-    fused_rows, load_angles_cs, load_rows, pow2, rot_cols, scalar_ptr_or_dummy, scan_step_operands,
-    store_rows, store_value_sums, value_grads, vec_to_time,
+    AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step,
+    finalize_qk, fused_rows, load_angles_cs, load_rows, pow2, rot_cols, scalar_ptr_or_dummy,
+    scan_step_operands, store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -74,7 +74,7 @@ def bwd_bwd_scan_nblock_kernel(
             _accumulate(DFAC, vec_to_time(tl.sum(kr * dks, axis=1), C, R), toff, first)
             dda = decay * tl.sum(tl.sum(st * dstates, axis=1), axis=0)
             _accumulate(DDA, tl.zeros([C], dtype=tl.float32) + dda, toff, first)
-            dstates = dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+            dstates = dstates_step(dstates, decay, qr, dphio, ecs, PREC)
         tl.debug_barrier()
     # phase 2: the value side and (FINALIZE) the q/k finish, per chunk
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)

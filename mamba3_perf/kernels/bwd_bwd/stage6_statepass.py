@@ -22,18 +22,19 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, fused_rows,
-    load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms, store_rows,
-    store_value_sums, value_grads, vec_to_time,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, dstates_step,
+    fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms,
+    store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 PASS_TILE = 32  # BNB = BPB of the state pass (a [32, 32] fp32 tile per program)
 PASS_LAUNCH = dict(num_warps=4, num_stages=3)  # small tiles; the next chunk's loads pipelined
-TERMS_TILE_ELEMS = 8192  # state_terms walks N in blocks of BNB <= 64 rows with BNB * BP <= this
-# state_terms: 8 warps as the other chunk kernels, but its N-block loop is not software
-# pipelined: at N=P=128, C=8 the pipelined loop compiles for sm_90 to 14.5 KB of spill stores
-# per thread (ptxas, benchmarks/ptxas_stage.py)
+# state_terms walks N in blocks of BNB <= 64 rows with BNB * BP <= TERMS_TILE_ELEMS, and its
+# N-block loop is not software pipelined. ptxas for sm_90 (benchmarks/ptxas_stage.py, Triton
+# 3.9 here), spill stores per thread: N=P=128, C=8 with 32-row blocks 14.5 KB (pipelined or
+# not), with 64-row blocks 384 B; N=P=64, C=16 pipelined 1384 B, not pipelined 588 B.
+TERMS_TILE_ELEMS = 8192
 TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 
 
@@ -60,7 +61,7 @@ def bwd_bwd_state_pass_kernel(
         dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
         decay = tl.load(DECAY_S + bhc)
         tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
-        run = run * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+        run = dstates_step(run, decay, qr, dphio, ecs, PREC)
 
 
 @triton.jit
