@@ -4,8 +4,9 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py prod 64 64 4 16            # STAGE N P R C
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
 
-The stage runs on small CPU tensors of the same N, P, R, C (so the same constexprs) with every
-Triton launch captured instead of run; each captured kernel is then compiled with the
+The stage runs on small CPU tensors of the same N, P, R, C (so the same constexprs; bf16, with
+the benchmarks' cached-state dtype) with every Triton launch captured instead of run, and with
+the dot precisions it would choose on CUDA; each captured kernel is then compiled with the
 constexprs and launch options the stage gave it (the dot precision defaults to the CUDA one).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -29,20 +31,28 @@ POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp1
 
 def capture_launches(stage: str, N: int, P: int, R: int, C: int) -> list:
     """(JITFunction, args, kwargs) of every launch of ``stage``; nothing is executed."""
+    from mamba3_perf.bench import prepare
     from mamba3_perf.kernels import mamba3_mimo_bwd_bwd
+    from mamba3_perf.kernels.bwd_bwd.common import dot_precision
     from mamba3_perf.kernels.cases import Case
-    from mamba3_perf.kernels.inputs import make_inputs
 
     captured = []
     original = JITFunction.run
     JITFunction.run = lambda self, *args, grid, warmup, **kw: captured.append((self, args, kw))
+    # the dot precisions each stage chooses on CUDA, though its tensors are on the CPU
+    users = [m for name, m in sys.modules.items()
+             if name.startswith("mamba3_perf.kernels.bwd_bwd") and hasattr(m, "dot_precision")]
+    for m in users:
+        m.dot_precision = lambda device, *, low=False: dot_precision("cuda", low=low)
     try:
         case = Case(id="ptxas", B=1, S=4 * C, H=2, G=1, N=N, P=P, R=R, C=C, dtype="bfloat16")
-        mamba3_mimo_bwd_bwd(**make_inputs(case, seed=0, device="cpu"), chunk_size=C, stage=stage)
+        mamba3_mimo_bwd_bwd(**prepare(case, device="cpu"), chunk_size=C, stage=stage)
     except Exception as e:  # outputs of captured launches are never written; later host code may fail
         print(f"(stage stopped after {len(captured)} launches: {str(e).splitlines()[0][:120]})")
     finally:
         JITFunction.run = original
+        for m in users:
+            m.dot_precision = dot_precision
     return captured
 
 
@@ -51,7 +61,7 @@ def ptxas_report(fn: JITFunction, args: tuple, kwargs: dict, *, prec: str, warps
     opts = dict(num_warps=kwargs.pop("num_warps", 4), num_stages=kwargs.pop("num_stages", 3))
     if warps:
         opts["num_warps"] = warps
-    if "PREC" in kwargs:
+    if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
     values = {**dict(zip(fn.arg_names, args)), **kwargs}
     sig, consts = {}, {}
@@ -90,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("P", type=int)
     ap.add_argument("R", type=int)
     ap.add_argument("C", type=int)
-    ap.add_argument("--prec", default="tf32x3", help="dot input precision (CUDA default: tf32x3)")
+    ap.add_argument("--prec", default=None,
+                    help="override the dots' input precision PREC (default: the stage's CUDA choice)")
     ap.add_argument("--warps", type=int, default=None, help="override every kernel's num_warps")
     a = ap.parse_args(argv)
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):

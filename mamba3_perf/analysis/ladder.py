@@ -29,7 +29,8 @@ from mamba3_perf.kernels.cases import Case, dtype_name, get_case, parse_dtype
 # The registry's order (kernels.list_stages()), kept here as data so that the analysis of
 # recorded runs needs no Triton; tests check the two agree.
 LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfold",
-                           "stage4_nblock", "stage5_rankloop", "prod", "stage6_statepass")
+                           "stage4_nblock", "stage5_rankloop", "prod", "stage6_statepass",
+                           "stage7_streamaux", "stage8_mixprec")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

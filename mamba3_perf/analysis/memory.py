@@ -2,7 +2,8 @@
 
 The model is data (:data:`STAGE_BUFFERS`): for each stage, each kernel part (fused, pre, aux,
 scan, post) lists its live buffers with a shape written in the dimension names
-C, R, N, P, CR (= C*R) and BN (the scan's N block), an element size, and where the buffer
+C, R, N, P, CR (= C*R), BN (the scan's N block), TN/TP/BT (stage6's tiles), NB (stage7's
+N block), an element size, and where the buffer
 lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
 is the sum of its buffers; a stage fits when every part fits the device:
 
@@ -94,6 +95,16 @@ STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
                  _B("PsiV, dPsiV [CR,P]", ("CR", "P"), 2)),
     },
 }
+# stage7's streamed aux keeps only [CR,P] and [CR,CR] tiles whole and walks N in blocks of
+# NB columns (kernels.bwd_bwd.stage7_streamaux.AUX_NBLOCK); stage8 changes precisions only
+_STREAM_AUX = (
+    _B("[CR,CR] (lkq, dkq, wt, qkd)", ("CR", "CR"), 4),
+    _B("[CR,P] (PsiV, dPhiO, dPsiV)", ("CR", "P"), 3),
+    _B("[CR,NB] (q, k, dq, dk)", ("CR", "NB"), 4),
+    _B("states [NB,P]", ("NB", "P")),
+)
+STAGE_BUFFERS["stage7_streamaux"] = {**STAGE_BUFFERS["stage6_statepass"], "aux": _STREAM_AUX}
+STAGE_BUFFERS["stage8_mixprec"] = STAGE_BUFFERS["stage7_streamaux"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
@@ -106,10 +117,11 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     if stage in NBLOCK_STAGES and case.N * case.P > NBLOCK_THRESHOLD:
         bn = min(NBLOCK_BN, case.N)
     from mamba3_perf.kernels.bwd_bwd import stage6_statepass as s6
+    from mamba3_perf.kernels.bwd_bwd.stage7_streamaux import AUX_NBLOCK
 
     tn, tp = s6.pass_tiles(case)
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
-            "TN": tn, "TP": tp, "BT": s6.terms_block(case)}
+            "TN": tn, "TP": tp, "BT": s6.terms_block(case), "NB": min(AUX_NBLOCK, case.N)}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

@@ -12,11 +12,35 @@ import triton
 import triton.language as tl
 
 
-def dot_precision(device) -> str:
+def dot_precision(device, *, low: bool = False) -> str:
     """Input precision of the fp32 dots on ``device``: "tf32x3" on CUDA (three TF32
     tensor-core passes, fp32-level error; the "ieee" FMA dots unroll into code that spills
-    tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend)."""
-    return "tf32x3" if torch.device(device).type == "cuda" else "ieee"
+    tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend).
+    ``low``: one TF32 pass on CUDA (operands rounded to 10 mantissa bits), for the dots
+    :func:`split_precisions` finds only 16-bit-level outputs depend on."""
+    if torch.device(device).type != "cuda":
+        return "ieee"
+    return "tf32" if low else "tf32x3"
+
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def split_precisions(x: dict, *, low: bool) -> dict:
+    """PREC / PLO / PQ constexprs of a kernel that takes the precision split (stage8_mixprec).
+
+    PREC: dots an fp32-level output needs: k.q^T and PsiV.dPhiO^T (DSSDA), dK (DFACTOR,
+    DDA_CS_REV), dPsiV (DMIMO_V, whose fp32 reference error can sit far below the inputs'
+    rounding: 3e-5 on pw-1). PLO: the qk_dot diagonal terms, which reach only DQ and DK, stored
+    in the 16-bit input dtype: low where the inputs are fp16/bf16. PQ: dQ in the rotated domain
+    and the cached-state term, which also reach DANGLES and DDA_CS, whose only 16-bit rounding
+    is the cached states': low where the states are fp16/bf16 too (upstream's contract for
+    fp16/bf16 inputs). ``low=False``: PREC everywhere.
+    """
+    dev = x["q"].device
+    half = low and x["q"].dtype in HALF_DTYPES
+    return dict(PREC=dot_precision(dev), PLO=dot_precision(dev, low=half),
+                PQ=dot_precision(dev, low=half and x["states"].dtype in HALF_DTYPES))
 
 
 # Launch options of the kernels that loop over chunks: no software pipelining of the loop
@@ -177,6 +201,34 @@ def load_qkd(QKDOT, bh, tpos, ti, ri, S, R: tl.constexpr):
 
 # ----------------------------------------------------------------------------- shared math
 @triton.jit
+def local_scores(ks, qr, psiv, dphio, qkd, C: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr):
+    """One chunk's k.q^T and PsiV.dPhiO^T [CR(k), CR(q)], with DSSDA [C,C] and DGAMMA [C]."""
+    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)
+    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)
+    dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
+    return lkq, dkq, dssda, dgam
+
+
+@triton.jit
+def score_grads(lkq, dkq, qkd, C: tl.constexpr, R: tl.constexpr):
+    """DSSDA [C,C] and DGAMMA [C] from k.q^T, PsiV.dPhiO^T and the qk_dot diagonal."""
+    return block_to_time(lkq * dkq, C, R), vec_to_time(tl.sum(qkd * dkq, axis=1), C, R)
+
+
+@triton.jit
+def local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D: tl.constexpr, PREC: tl.constexpr):
+    """One chunk's local dPsiV [CR,P] (intra-chunk, qk_dot diagonal, D skip) and DD part [P]."""
+    dpsiv = tl.dot(lkq * wt, dphio, input_precision=PREC)
+    dpsiv += tl.dot(qkd, dphio, input_precision=PREC) * gamma[:, None]
+    if HAS_D:
+        dpsiv += dskip * dphio
+        dd_part = tl.sum(dphio * psiv, axis=0)
+    else:
+        dd_part = tl.sum(dphio * 0.0, axis=0)
+    return dpsiv, dd_part
+
+
+@triton.jit
 def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
                 C: tl.constexpr, R: tl.constexpr, HAS_D: tl.constexpr, PREC: tl.constexpr):
     """Everything of one chunk that does not read dstates, on fused [C*R, *] tiles.
@@ -185,19 +237,10 @@ def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
     D), dks_loc [CR,N] (w.r.t. ks), dqr_loc [CR,N] (w.r.t. qr), dq_diag / dk_diag [CR,N]
     (qk_dot term, w.r.t. qb / kb), dd_part [P].
     """
-    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)  # [CR(k), CR(q)]
-    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
-    dssda = block_to_time(lkq * dkq, C, R)
-    dgam = vec_to_time(tl.sum(qkd * dkq, axis=1), C, R)
+    lkq, dkq, dssda, dgam = local_scores(ks, qr, psiv, dphio, qkd, C, R, PREC)
     dkqw = dkq * wt
     gd = tl.where(same, dkq, 0.0) * gamma[:, None]
-    dpsiv = tl.dot(lkq * wt, dphio, input_precision=PREC)
-    dpsiv += tl.dot(qkd, dphio, input_precision=PREC) * gamma[:, None]
-    if HAS_D:
-        dpsiv += dskip * dphio
-        dd_part = tl.sum(dphio * psiv, axis=0)
-    else:
-        dd_part = tl.sum(dphio * 0.0, axis=0)
+    dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
     dks = tl.dot(dkqw, qr, input_precision=PREC)
     dqr = tl.dot(tl.trans(dkqw), ks, input_precision=PREC)
     dq_diag = tl.dot(tl.trans(gd), kb, input_precision=PREC)

@@ -1,0 +1,147 @@
+"""stage7_streamaux: stage6 with an aux kernel that keeps few tiles live.
+
+stage3's rank-folded aux loads all six [C*R, *] operand tiles of its chunk first and stores
+its five [C*R, *] results last, so on the H200 it holds them all at once: 255 registers and
+2.7 KB of spill stores per thread at N = P = 64 (ptxas for sm_90), and its DRAM traffic
+(2.7 GB on 8x512x16x8, ncu) is three times what it loads and stores on purpose. The streamed
+aux does the same products (common.score_grads, local_dpsiv, state_q_terms) but walks N in
+blocks of AUX_NBLOCK columns, twice (k.q^T accumulated over N; then dK, dQ, the diagonal
+terms and the cached-state term per block, each stored at once), so only [C*R, P] and
+[C*R, C*R] tiles stay whole: 0.8 KB of spill stores at N = P = 64, none where C*R = 32, and
+one binary for every N. It folds every R whose C*R is a power of two (the whole official
+grid), not only R = 4; other R keep stage5's aux. The kernel also takes stage8's precision
+split (``PLO``, ``PQ``); here every dot runs at ``PREC``.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
+from mamba3_perf.kernels.bwd_bwd.common import (
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_rows,
+    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
+    score_grads, split_precisions, state_q_terms, store_rows, wt_rows,
+)
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+# N columns per step of the aux's two N loops, and its launch: [C*R, 16] operand tiles, no
+# software pipelining. ptxas for sm_90 (benchmarks/ptxas_stage.py, Triton 3.9), spill stores
+# per thread at N = P = 64, R = 4, C = 16: 16 columns 804 B (stage8: 508 B), 32 columns 1314 B,
+# 64 columns 2544 B, one pass over all N (no loop) 1716 B; pipelined (2 stages) about the same
+# spills and up to 196 KB of shared memory. C*R = 32 (C = 8): no spills at any N.
+AUX_NBLOCK = 16
+STREAM_LAUNCH = dict(num_warps=8, num_stages=1)
+
+
+@triton.jit
+def bwd_bwd_aux_streamed_kernel(
+    QKDOT, STATES, DSKIP,
+    QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+    DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
+    DSSDA, DGAM, DDACS,
+    S, H, N, P,
+    C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
+    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr,
+):
+    """stage3's aux products in first-use order, each result stored once complete."""
+    nc = S // C
+    b, h, c, bh, bhc = chunk_coords(H, nc)
+    CR: tl.constexpr = C * R
+    i, ti, ri = fused_rows(C, R)
+    tpos = c * C + ti
+    tc = tl.arange(0, C)
+    p = tl.arange(0, BP)
+    nb = tl.arange(0, NB)
+    ts = load_time(TS_S, bh, tpos, S)
+    psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+    dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
+    lkq = tl.zeros([CR, CR], dtype=tl.float32)
+    for n0 in range(0, N, NB):
+        cols = n0 + nb
+        ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
+        lkq += tl.dot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), input_precision=PREC)
+    qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
+    dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
+    tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
+    tl.store(DGAM + bh * S + c * C + tc, dgam)
+    gamma = load_time(GAM_S, bh, tpos, S)
+    wt = wt_rows(WT_S, bhc, ti, C)
+    if HAS_D:
+        dskip = tl.load(DSKIP + h)
+    else:
+        dskip = 0.0
+    dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
+    store_rows(DPSIV_S, dpsiv, bhc, i, p, P, CR)
+    tl.store(DDP_S + bhc, tl.sum(dd_part, axis=0))
+    dkqw = dkq * wt
+    gd = tl.where(same, dkq, 0.0) * gamma[:, None]
+    ecs = load_time(ECS_S, bh, tpos, S)
+    ddacs = tl.zeros([C], dtype=tl.float32)
+    for n0 in range(0, N, NB):
+        cols = n0 + nb
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
+        store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
+        ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
+                                          C, R, PQ)
+        ddacs += ddacs_b
+        ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
+        store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
+        store_rows(DQD_S, tl.dot(tl.trans(gd), load_rows(KB_S, bhc, i, cols, N, CR), input_precision=PLO),
+                   bhc, i, cols, N, CR)
+        store_rows(DKD_S, tl.dot(gd, load_rows(QB_S, bhc, i, cols, N, CR), input_precision=PLO),
+                   bhc, i, cols, N, CR)
+    tl.store(DDACS + bh * S + c * C + tc, ddacs)
+
+def folds(meta) -> bool:
+    """Whether the chunk's C*R fused rows make one power-of-two tile (>= 16, tl.dot's least):
+    every R of the official grid (C*R = 32 or 64)."""
+    cr = meta.C * meta.R
+    return cr >= 16 and cr & (cr - 1) == 0
+
+
+def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False) -> None:
+    """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
+    the split of :func:`common.split_precisions` (stage8)."""
+    if not folds(meta):
+        stage5_rankloop.launch_aux(x, s, out, meta)
+        return
+    bk = blocks(meta)
+    bwd_bwd_aux_streamed_kernel[(meta.B * meta.H * meta.nchunks,)](
+        x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
+        *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
+        out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
+        meta.S, meta.H, meta.N, meta.P,
+        C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
+        **split_precisions(x, low=low_precision), **STREAM_LAUNCH,
+    )
+
+
+def run_with(x: dict, out: dict, meta, *, low_precision: bool) -> None:
+    """stage6's pipeline with the streamed aux."""
+    s = alloc_scratch(meta, x["q"].device, PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP"))
+    stage1_pre.launch_pre(x, s, meta)
+    launch_aux(x, s, out, meta, low_precision=low_precision)
+    stage6_statepass.launch_state_pass(x, s, meta)
+    stage6_statepass.launch_state_terms(x, s, out, meta)
+    stage6_statepass.launch_chunk_sum(x, s, out, meta)
+    prod.launch_post(x, s, out, meta)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta, low_precision=False)
+
+
+_S6 = stage6_statepass.STAGE.kernels
+STAGE = register_stage(StageSpec(
+    name="stage7_streamaux",
+    parent="stage6_statepass",
+    summary="R == 4: the aux loads each operand tile at first use and stores each result once "
+            "complete (fewer live tiles, fewer spills)",
+    entry=run,
+    kernels=(_S6[:1] + (KernelSpec("bwd_bwd_aux_streamed_kernel", Tag.AUX,
+                                   "rank-folded aux, operands loaded late, results stored early"),)
+             + _S6[1:]),
+    zero_outputs=False,
+))

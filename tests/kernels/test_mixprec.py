@@ -1,0 +1,73 @@
+"""stage8_mixprec's precision split, checked on the CPU: the Triton interpreter is made to round
+the operands of every "tf32" dot to TF32 (10 mantissa bits, round to nearest even, as the
+tensor cores take them), and split_precisions is made to choose what it chooses on CUDA.
+"tf32x3" and "ieee" dots stay fp32 (tf32x3's error is fp32-level)."""
+import numpy as np
+import pytest
+import torch
+from triton._C.libtriton import ir
+from triton.runtime import interpreter
+
+from mamba3_perf.kernels import get_case, make_inputs
+from mamba3_perf.kernels.bwd_bwd import common
+from mamba3_perf.kernels.checking import check_stage
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="emulates CUDA's TF32 on the interpreter")
+
+
+def _tf32(h):
+    return interpreter.TensorHandle(interpreter._round_f32_to_tf32(h.data), h.dtype.scalar)
+
+
+@pytest.fixture
+def cuda_precisions(monkeypatch):
+    """TF32 operand rounding in the interpreter; returns a setter for what dot_precision says."""
+    create_dot = interpreter.InterpreterBuilder.create_dot
+    original = common.dot_precision
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32:
+            a, b = _tf32(a), _tf32(b)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
+
+    def choose(fn):
+        monkeypatch.setattr(common, "dot_precision", fn)
+
+    choose(lambda device, *, low=False: original("cuda", low=low))
+    return choose
+
+
+def _failed(case_id, states_dtype, stage="stage8_mixprec"):
+    c = get_case(case_id)
+    rows = check_stage(stage, c, inputs=make_inputs(c, states_dtype=states_dtype))
+    return {r.gradient: f"{r.err:.2e} > {r.bound:.2e}" for r in rows if not r.passed}
+
+
+@pytest.mark.parametrize("states_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("case_id", ["pw-1", "pw-5", "small-N64_P64_R4_C16", "small-N128_P64_R8_C8"])
+def test_split_passes_the_golden_with_tf32_emulated(cuda_precisions, case_id, states_dtype):
+    assert _failed(case_id, states_dtype) == {}
+
+
+def test_split_is_what_passes(cuda_precisions):
+    """The emulation bites: with every dot one TF32 pass, the fp32-level outputs fail."""
+    cuda_precisions(lambda device, *, low=False: "tf32")
+    failed = _failed("small-N64_P64_R4_C16", torch.float32)
+    assert {"DSSDA", "DFACTOR", "DDA_CS", "DANGLES"} <= set(failed), failed
+
+
+def test_split_choices():
+    x = {"q": torch.zeros(1, dtype=torch.bfloat16), "states": torch.zeros(1, dtype=torch.bfloat16)}
+    on_cpu = common.split_precisions(x, low=True)
+    assert on_cpu == dict(PREC="ieee", PLO="ieee", PQ="ieee")
+    x32 = dict(x, states=torch.zeros(1))
+    cuda = {k: v.to("meta") for k, v in x.items()}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+        assert common.split_precisions(cuda, low=True) == dict(PREC="tf32x3", PLO="tf32", PQ="tf32")
+        assert common.split_precisions(x32, low=True) == dict(PREC="tf32x3", PLO="tf32", PQ="tf32x3")
+        assert common.split_precisions(cuda, low=False) == dict(PREC="tf32x3", PLO="tf32x3", PQ="tf32x3")
+        fp32 = {"q": torch.zeros(1), "states": torch.zeros(1)}
+        assert common.split_precisions(fp32, low=True) == dict(PREC="tf32x3", PLO="tf32x3", PQ="tf32x3")
