@@ -2,13 +2,13 @@
 
 stage3's rank-folded aux loads all six [C*R, *] operand tiles of its chunk first and stores
 its five [C*R, *] results last, so on the H200 it holds them all at once: 255 registers and
-2.7 KB of spill stores per thread at N = P = 64 (ptxas for sm_90), and its DRAM traffic
+2.8 KB of spill stores per thread at N = P = 64 (ptxas for sm_90, Triton 3.6 as on the
+H200), and its DRAM traffic
 (2.7 GB on 8x512x16x8, ncu) is three times what it loads and stores on purpose. The streamed
 aux does the same products (common.score_grads, local_dpsiv, state_q_terms) but walks N in
 blocks of AUX_NBLOCK columns, twice (k.q^T accumulated over N; then dK, dQ, the diagonal
 terms and the cached-state term per block, each stored at once), so only [C*R, P] and
-[C*R, C*R] tiles stay whole: 0.8 KB of spill stores at N = P = 64, none where C*R = 32, and
-one binary for every N. It folds every R whose C*R is a power of two (the whole official
+[C*R, C*R] tiles stay whole: 0.9 KB of spill stores at N = P = 64, and one binary for every N. It folds every R whose C*R is a power of two (the whole official
 grid), not only R = 4; other R keep stage5's aux. The kernel also takes stage8's precision
 split (``PLO``, ``PQ``); here every dot runs at ``PREC``.
 """
@@ -25,13 +25,16 @@ from mamba3_perf.kernels.bwd_bwd.common import (
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
-# N columns per step of the aux's two N loops, and its launch: [C*R, 16] operand tiles, no
-# software pipelining. ptxas for sm_90 (benchmarks/ptxas_stage.py, Triton 3.9), spill stores
-# per thread at N = P = 64, R = 4, C = 16: 16 columns 804 B (stage8: 508 B), 32 columns 1314 B,
-# 64 columns 2544 B, one pass over all N (no loop) 1716 B; pipelined (2 stages) about the same
-# spills and up to 196 KB of shared memory. C*R = 32 (C = 8): no spills at any N.
+# N columns per step of the aux's two N loops, and its launch: [C*R, 16] operand tiles on one
+# warpgroup, no software pipelining. With 8 warps a [64, 16] dot result splits into two
+# warpgroups of 8 columns, and Triton 3.6+ miscompiles TF32 wgmma with N = 8 (unpadded shared
+# operand read out of bounds: triton-lang/triton#10629): on the H200 (Triton 3.6) every case
+# with C*R = 64 hit an illegal address; C*R = 32 runs mma.sync and passed. 4 warps keep N = 16
+# per warpgroup (tests/kernels/test_codegen.py checks). ptxas for sm_90, Triton 3.6, spill
+# stores per thread at N = P = 64, R = 4, C = 16: 16 columns / 4 warps 888 B (stage8: 696 B),
+# 32 columns / 8 warps 1132 B, 32 / 4 warps 2232 B; stage6's aux 2840 B.
 AUX_NBLOCK = 16
-STREAM_LAUNCH = dict(num_warps=8, num_stages=1)
+STREAM_LAUNCH = dict(num_warps=4, num_stages=1)
 
 
 @triton.jit
