@@ -1,0 +1,30 @@
+"""What the kernels compile to for the H200 (sm_90), checked without a GPU: the stages are
+captured and compiled by mamba3_perf.kernels.codegen in a subprocess (real triton.jit
+functions need TRITON_INTERPRET unset)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _compile(stage, N, P, R, C):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", stage, str(N), str(P), str(R), str(C)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec"])
+@pytest.mark.parametrize("shape", [(64, 64, 4, 16), (128, 64, 1, 64)])
+def test_streamed_aux_has_no_n8_tf32_wgmma(stage, shape):
+    """Triton 3.6+ reads past the shared operand of a TF32 wgmma with N = 8 (triton#10629):
+    on the H200 the 8-warp streamed aux, whose [64, 16] results split into two warpgroups of
+    8 columns, hit an illegal address at every C*R = 64 case."""
+    aux = _compile(stage, *shape)["bwd_bwd_aux_streamed_kernel"]
+    wgmma = [m["instr"] for m in aux["mma"] if m["version"] == 3]
+    assert wgmma, "expected Hopper wgmma dots in the aux"
+    assert all(n >= 16 for _, n, _ in wgmma), wgmma
+    assert aux["shared"] <= 227 * 1024
