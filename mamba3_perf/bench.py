@@ -386,16 +386,17 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
               name: str | None = None, warmup_ms: float = 25, rep_ms: float = 100,
               tilelang: bool = False, json_path: str | Path | None = None,
               progress: Progress | None = None, rounds: int = 1,
-              skip: dict[str, str] | None = None) -> BenchResult:
+              skip: dict[str, str] | None = None, check: bool = True) -> BenchResult:
     """``perf bench``: measure, store the run (timings + accuracy), build the ladder and the
-    optional JSON record (written atomically)."""
+    optional JSON record (written atomically). ``check=False`` skips the golden (and its fp64
+    memory): rows say "accuracy not checked"."""
     from mamba3_perf.reports.record import ladder_with_limits
     from mamba3_perf.runs import create_run, read_run, write_text_atomic
 
     timings, accuracy = measure(cases, stages, device=backend.device,
                                 timing_kind=backend.timing_kind, warmup_ms=warmup_ms,
                                 rep_ms=rep_ms, progress=progress, tilelang=tilelang,
-                                rounds=rounds, skip=skip)
+                                rounds=rounds, skip=skip, check=check)
     stage_list = list(stages) + ([TILELANG] if tilelang and TILELANG not in stages else [])
     meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms,
                     rounds=rounds)
