@@ -1,10 +1,10 @@
 """bench.measure on the CPU interpreter: ok, not runnable (raises), wrong (bad numbers), tilelang."""
+import json
 import math
 import uuid
+from pathlib import Path
 
 import pandas as pd
-import json
-
 import pytest
 
 from mamba3_perf import bench, profile, tilelang_row
@@ -113,7 +113,8 @@ def test_ladder_script_without_check_builds_no_golden(monkeypatch, tmp_path):
     from mamba3_perf.kernels import checking
 
     monkeypatch.setattr(checking, "oracles", lambda *a, **k: pytest.fail("golden built"))
-    spec = importlib.util.spec_from_file_location("ladder_script", "benchmarks/ladder.py")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ladder.py"
+    spec = importlib.util.spec_from_file_location("ladder_script", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.main(["--cases", "pw-1", "--stages", "stage0", "--no-check", "--out", str(tmp_path),

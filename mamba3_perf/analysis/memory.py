@@ -98,7 +98,8 @@ STAGE_BUFFERS: dict[str, dict[str, tuple[Buffer, ...]]] = {
 # stage7's streamed aux keeps only [CR,P] and [CR,CR] tiles whole and walks N in blocks of
 # NB columns (kernels.bwd_bwd.stage7_streamaux.AUX_NBLOCK); stage8 changes precisions only
 _STREAM_AUX = (
-    _B("[CR,CR] (lkq, dkq, wt, qkd)", ("CR", "CR"), 4),
+    _B("lkq accumulator [CR,CR]", ("CR", "CR"), where="regs"),
+    _B("[CR,CR] (dkq, wt, qkd)", ("CR", "CR"), 3),
     _B("[CR,P] (PsiV, dPhiO, dPsiV)", ("CR", "P"), 3),
     _B("[CR,NB] (q, k, dq, dk)", ("CR", "NB"), 4),
     _B("states [NB,P]", ("NB", "P")),
@@ -117,11 +118,12 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     if stage in NBLOCK_STAGES and case.N * case.P > NBLOCK_THRESHOLD:
         bn = min(NBLOCK_BN, case.N)
     from mamba3_perf.kernels.bwd_bwd import stage6_statepass as s6
+    from mamba3_perf.kernels.bwd_bwd.common import pow2
     from mamba3_perf.kernels.bwd_bwd.stage7_streamaux import AUX_NBLOCK
 
     tn, tp = s6.pass_tiles(case)
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
-            "TN": tn, "TP": tp, "BT": s6.terms_block(case), "NB": min(AUX_NBLOCK, case.N)}
+            "TN": tn, "TP": tp, "BT": s6.terms_block(case), "NB": min(AUX_NBLOCK, pow2(case.N))}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

@@ -92,8 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for dim in ("stage", "N", "P", "R", "C"):
         ap.add_argument(dim, type=str if dim == "stage" else int)
+    ap.add_argument("--kernel", default=None, help="compile only the kernels whose name contains this")
     a = ap.parse_args(argv)
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
+        if a.kernel and a.kernel not in fn.__name__:
+            continue
         t0 = time.time()
         k, opts = compile_launch(fn, args, kwargs)
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,

@@ -57,6 +57,16 @@ def test_nblock_scan_any_n(stage, N, P):
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 
 
+@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec"])
+@pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
+def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
+    """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,
+    beyond AUX_MAX_ROWS, where stage7/8 keep stage5's aux."""
+    c = get_case("pw-1").with_(N=N, R=R, C=C, S=2 * C, id=f"aux-N{N}-R{R}-C{C}")
+    rows = check_stage(stage, c, device=DEVICE)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
 def test_registry_lists_the_ladder_in_order_with_tags():
     from mamba3_perf.kernels.registry import Tag, kernel_tags
     from mamba3_perf.analysis.ladder import LADDER

@@ -3,13 +3,14 @@
 stage3's rank-folded aux loads all six [C*R, *] operand tiles of its chunk first and stores
 its five [C*R, *] results last, so on the H200 it holds them all at once: 255 registers and
 2.8 KB of spill stores per thread at N = P = 64 (ptxas for sm_90, Triton 3.6 as on the
-H200), and its DRAM traffic
-(2.7 GB on 8x512x16x8, ncu) is three times what it loads and stores on purpose. The streamed
+H200), and its DRAM traffic (2.7 GB on 8x512x16x8, ncu) is three times what it loads and
+stores on purpose. The streamed
 aux does the same products (common.score_grads, local_dpsiv, state_q_terms) but walks N in
 blocks of AUX_NBLOCK columns, twice (k.q^T accumulated over N; then dK, dQ, the diagonal
 terms and the cached-state term per block, each stored at once), so only [C*R, P] and
-[C*R, C*R] tiles stay whole: 0.9 KB of spill stores at N = P = 64, and one binary for every N. It folds every R whose C*R is a power of two (the whole official
-grid), not only R = 4; other R keep stage5's aux. The kernel also takes stage8's precision
+[C*R, C*R] tiles stay whole: 0.9 KB of spill stores at N = P = 64, with the same N block at
+every N. It folds every R whose C*R is a power of two up to 64 (the whole official grid), not
+only R = 4; larger C*R keep stage5's aux. The kernel also takes stage8's precision
 split (``PLO``, ``PQ``); here every dot runs at ``PREC``.
 """
 from __future__ import annotations
@@ -97,11 +98,14 @@ def bwd_bwd_aux_streamed_kernel(
                    bhc, i, cols, N, CR)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
 
+AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
+
+
 def folds(meta) -> bool:
-    """Whether the chunk's C*R fused rows make one power-of-two tile (>= 16, tl.dot's least):
-    every R of the official grid (C*R = 32 or 64)."""
+    """Whether the chunk's C*R fused rows make one power-of-two tile of 16 (tl.dot's least) to
+    AUX_MAX_ROWS rows: every case of the official grid (C*R = 32 or 64)."""
     cr = meta.C * meta.R
-    return cr >= 16 and cr & (cr - 1) == 0
+    return 16 <= cr <= AUX_MAX_ROWS and cr & (cr - 1) == 0
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False) -> None:
@@ -140,8 +144,8 @@ _S6 = stage6_statepass.STAGE.kernels
 STAGE = register_stage(StageSpec(
     name="stage7_streamaux",
     parent="stage6_statepass",
-    summary="R == 4: the aux loads each operand tile at first use and stores each result once "
-            "complete (fewer live tiles, fewer spills)",
+    summary="the aux walks N in 16-column blocks, loads each operand tile at first use and stores "
+            "each result once complete (fewer live tiles, fewer spills); every C*R <= 64 folded",
     entry=run,
     kernels=(_S6[:1] + (KernelSpec("bwd_bwd_aux_streamed_kernel", Tag.AUX,
                                    "rank-folded aux, operands loaded late, results stored early"),)
