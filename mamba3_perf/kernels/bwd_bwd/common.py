@@ -426,6 +426,15 @@ def chunk_coords(H, nc):
 
 
 @triton.jit
+def chunk_frame(S, H, C: tl.constexpr, R: tl.constexpr):
+    """A (B*H*nc)-grid program's (b, h, c, bh, bhc) and its chunk's fused rows (i, t, r), the
+    rows' time positions and the chunk's C steps: (b, h, c, bh, bhc, i, ti, ri, tpos, tc)."""
+    b, h, c, bh, bhc = chunk_coords(H, S // C)
+    i, ti, ri = fused_rows(C, R)
+    return b, h, c, bh, bhc, i, ti, ri, c * C + ti, tl.arange(0, C)
+
+
+@triton.jit
 def load_time(X, bh, tpos, S):
     return tl.load(X + bh * S + tpos)
 

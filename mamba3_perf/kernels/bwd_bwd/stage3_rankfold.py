@@ -10,8 +10,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, chunk_local,
-    dot_precision, fused_rows, load_qkd, load_rows, load_state_tile, load_time, scalar_ptr_or_dummy,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_local,
+    dot_precision, load_qkd, load_rows, load_state_tile, load_time, scalar_ptr_or_dummy,
     state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -27,12 +27,8 @@ def bwd_bwd_aux_rankfold_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    nc = S // C
-    b, h, c, bh, bhc = chunk_coords(H, nc)
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
-    i, ti, ri = fused_rows(C, R)
-    tpos = c * C + ti
-    tc = tl.arange(0, C)
     n = tl.arange(0, BN)
     p = tl.arange(0, BP)
     gamma = load_time(GAM_S, bh, tpos, S)

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision, dstates_step,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision, dstates_step,
     fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms,
     store_rows, store_value_sums, value_grads, vec_to_time,
 )
@@ -73,12 +73,8 @@ def bwd_bwd_state_terms_kernel(
 ):
     """One chunk's dstates-dependent terms (as the scan of stage2/4 computes them) and its
     value side, from DST[c]."""
-    nc = S // C
-    b, h, c, bh, bhc = chunk_coords(H, nc)
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
-    i, ti, ri = fused_rows(C, R)
-    tc = tl.arange(0, C)
-    tpos = c * C + ti
     p = tl.arange(0, BP)
     mp = p < P
     ts = load_time(TS_S, bh, tpos, S)

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, fused_rows,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
     score_grads, split_precisions, state_q_terms, store_rows, wt_rows,
 )
@@ -49,12 +49,8 @@ def bwd_bwd_aux_streamed_kernel(
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete."""
-    nc = S // C
-    b, h, c, bh, bhc = chunk_coords(H, nc)
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
-    i, ti, ri = fused_rows(C, R)
-    tpos = c * C + ti
-    tc = tl.arange(0, C)
     p = tl.arange(0, BP)
     nb = tl.arange(0, NB)
     ts = load_time(TS_S, bh, tpos, S)
