@@ -4,8 +4,8 @@ The stage runs on small CPU tensors of the given N, P, R, C (so the same constex
 the benchmarks' cached-state dtype) with every Triton launch captured instead of run, and with
 the dot precisions it would choose on CUDA; each captured kernel is then compiled with the
 constexprs and launch options the stage gave it. Needs real ``triton.jit`` functions, so
-``TRITON_INTERPRET`` must be unset (tests run this module in a subprocess without it). ``benchmarks/ptxas_stage.py`` adds ptxas' register and
-spill report.
+``TRITON_INTERPRET`` must be unset (tests run this module in a subprocess without it).
+``benchmarks/ptxas_stage.py`` adds ptxas' register and spill report.
 
     python -m mamba3_perf.kernels.codegen stage7_streamaux 64 64 4 16   # JSON line per kernel
 """

@@ -204,18 +204,16 @@ def load_qkd(QKDOT, bh, tpos, ti, ri, S, R: tl.constexpr):
 
 # ----------------------------------------------------------------------------- shared math
 @triton.jit
-def local_scores(ks, qr, psiv, dphio, qkd, C: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr):
-    """One chunk's k.q^T and PsiV.dPhiO^T [CR(k), CR(q)], with DSSDA [C,C] and DGAMMA [C]."""
-    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)
-    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)
-    dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
-    return lkq, dkq, dssda, dgam
-
-
-@triton.jit
 def score_grads(lkq, dkq, qkd, C: tl.constexpr, R: tl.constexpr):
     """DSSDA [C,C] and DGAMMA [C] from k.q^T, PsiV.dPhiO^T and the qk_dot diagonal."""
     return block_to_time(lkq * dkq, C, R), vec_to_time(tl.sum(qkd * dkq, axis=1), C, R)
+
+
+@triton.jit
+def score_weights(dkq, wt, same, gamma):
+    """PsiV.dPhiO^T weighted by the chunk's decay (-> dK, dQ) and its gamma-scaled same-step
+    diagonal (-> the qk_dot terms of dQ, dK)."""
+    return dkq * wt, tl.where(same, dkq, 0.0) * gamma[:, None]
 
 
 @triton.jit
@@ -240,9 +238,10 @@ def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
     D), dks_loc [CR,N] (w.r.t. ks), dqr_loc [CR,N] (w.r.t. qr), dq_diag / dk_diag [CR,N]
     (qk_dot term, w.r.t. qb / kb), dd_part [P].
     """
-    lkq, dkq, dssda, dgam = local_scores(ks, qr, psiv, dphio, qkd, C, R, PREC)
-    dkqw = dkq * wt
-    gd = tl.where(same, dkq, 0.0) * gamma[:, None]
+    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)  # [CR(k), CR(q)]
+    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
+    dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
+    dkqw, gd = score_weights(dkq, wt, same, gamma)
     dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
     dks = tl.dot(dkqw, qr, input_precision=PREC)
     dqr = tl.dot(tl.trans(dkqw), ks, input_precision=PREC)

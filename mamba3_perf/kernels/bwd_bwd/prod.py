@@ -11,7 +11,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, load_angles_cs,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, load_angles_cs,
     load_rows, rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -43,11 +43,8 @@ def bwd_bwd_post_kernel(
     """Everything here reads scratch, so the rotate-half partner columns are gathered by
     address instead of the permutation / fold dots the in-register finish needs
     (:func:`common.finalize_qk`): no [BN, BN] operand in shared memory, any N."""
-    nc = S // C
-    b, h, c, bh, bhc = chunk_coords(H, nc)
+    b, h, c, bh, bhc, i, _ti, _ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
-    i = tl.arange(0, CR)
-    tpos = c * C + i // R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     mn = n < N
     cs, sn = load_angles_cs(ANG, b, h, tpos, n, jn, rot, S, H, N, RD)
@@ -70,7 +67,6 @@ def bwd_bwd_post_kernel(
     sj = tl.sin(a)
     g = (_angle_grad(QB_S, DQR_S, bhc, i, j, jp, mj, cj, sj, N, CR)
          + _angle_grad(KB_S, DKR_S, bhc, i, j, jp, mj, cj, sj, N, CR))
-    tc = tl.arange(0, C)
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j[None, :],
              rows_to_time(g, C, R, BRD), mask=mj[None, :])
 

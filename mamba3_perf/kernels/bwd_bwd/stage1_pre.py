@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
+    CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision,
     fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
     load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows,
     store_value_sums, wt_from_segsum, wt_rows,
@@ -23,12 +23,9 @@ def bwd_bwd_pre_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
 ):
-    nc = S // C
-    b, h, c, bh, bhc = chunk_coords(H, nc)
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
-    i, ti, ri = fused_rows(C, R)
-    tpos = c * C + ti
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     p = tl.arange(0, BP)
     qb, _qbp, qr, _cs, _sn = load_qk_rotated(Q, QBIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot, S, H, G, N, RD, R)
@@ -40,7 +37,6 @@ def bwd_bwd_pre_kernel(
     _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
     store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
     store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
-    tc = tl.arange(0, C)
     gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
     tl.store(GAM_S + bh * S + c * C + tc, gamma)
     tl.store(TS_S + bh * S + c * C + tc, ts)

@@ -4,8 +4,8 @@ stage3's rank-folded aux loads all six [C*R, *] operand tiles of its chunk first
 its five [C*R, *] results last, so on the H200 it holds them all at once: 255 registers and
 2.8 KB of spill stores per thread at N = P = 64 (ptxas for sm_90, Triton 3.6 as on the
 H200), and its DRAM traffic (2.7 GB on 8x512x16x8, ncu) is three times what it loads and
-stores on purpose. The streamed
-aux does the same products (common.score_grads, local_dpsiv, state_q_terms) but walks N in
+stores on purpose. The streamed aux does the same products (common.score_grads,
+score_weights, local_dpsiv, state_q_terms) but walks N in
 blocks of AUX_NBLOCK columns, twice (k.q^T accumulated over N; then dK, dQ, the diagonal
 terms and the cached-state term per block, each stored at once), so only [C*R, P] and
 [C*R, C*R] tiles stay whole: 0.9 KB of spill stores at N = P = 64, with the same N block at
@@ -22,7 +22,7 @@ from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_ran
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
-    score_grads, split_precisions, state_q_terms, store_rows, wt_rows,
+    score_grads, score_weights, split_precisions, state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -75,8 +75,7 @@ def bwd_bwd_aux_streamed_kernel(
     dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
     store_rows(DPSIV_S, dpsiv, bhc, i, p, P, CR)
     tl.store(DDP_S + bhc, tl.sum(dd_part, axis=0))
-    dkqw = dkq * wt
-    gd = tl.where(same, dkq, 0.0) * gamma[:, None]
+    dkqw, gd = score_weights(dkq, wt, same, gamma)
     ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
     for n0 in range(0, N, NB):
@@ -93,6 +92,7 @@ def bwd_bwd_aux_streamed_kernel(
         store_rows(DKD_S, tl.dot(gd, load_rows(QB_S, bhc, i, cols, N, CR), input_precision=PLO),
                    bhc, i, cols, N, CR)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
+
 
 AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
 
