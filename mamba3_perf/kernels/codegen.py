@@ -1,13 +1,24 @@
 """Compile a stage's kernels for a GPU target on a machine without one (no kernel runs).
 
-The stage runs on small CPU tensors of the given N, P, R, C (so the same constexprs; bf16, with
-the benchmarks' cached-state dtype) with every Triton launch captured instead of run, and with
-the dot precisions it would choose on CUDA; each captured kernel is then compiled with the
-constexprs and launch options the stage gave it. Needs real ``triton.jit`` functions, so
-``TRITON_INTERPRET`` must be unset (tests run this module in a subprocess without it).
-``benchmarks/ptxas_stage.py`` adds ptxas' register and spill report.
+The stage runs on CPU tensors with every Triton launch intercepted, and with the dot
+precisions it would choose on CUDA. Two uses:
 
-    python -m mamba3_perf.kernels.codegen stage7_streamaux 64 64 4 16   # JSON line per kernel
+- ``compile``: each captured launch of a small case of the given N, P, R, C (so the same
+  constexprs; bf16, with the benchmarks' cached-state dtype) is compiled with the constexprs and
+  launch options the stage gave it, and its TTGIR looked at (``benchmarks/ptxas_stage.py`` adds
+  ptxas' register and spill report).
+- ``warm``: each launch of a named case at its full size goes through Triton's own JIT path in
+  warmup mode against a stand-in sm_90 driver, so the binaries land in the Triton cache under the
+  keys a GPU process computes for the same launches (same specializations of strides and sizes).
+  Copy the cache directory to the GPU machine and point ``TRITON_CACHE_DIR`` at it: the stages
+  start without compiling. The keys include a hash of Triton's own binary, so run this with the
+  Python and Triton versions of the GPU machine (the H200 of this project: Python 3.12, Triton 3.6).
+
+Needs real ``triton.jit`` functions, so ``TRITON_INTERPRET`` must be unset (tests run this module
+in a subprocess without it).
+
+    python -m mamba3_perf.kernels.codegen compile stage7_streamaux 64 64 4 16   # JSON line per kernel
+    TRITON_CACHE_DIR=/tmp/tc python -m mamba3_perf.kernels.codegen warm N128_P64_R8_C8 stage2_aux,prod
 """
 from __future__ import annotations
 
@@ -23,36 +34,89 @@ SM90 = ("cuda", 90, 32)
 _MMA = re.compile(r"nvidia_mma<\{versionMajor = (\d+)[^}]*instrShape = \[([\d, ]+)\]")
 
 
-def capture_launches(stage: str, N: int, P: int, R: int, C: int) -> list:
-    """(JITFunction, args, kwargs) of every launch of ``stage``; nothing is executed."""
+class _StandInDriver:
+    """What Triton's JIT asks of the active driver before a launch, for a GPU that is not here."""
+
+    def __init__(self, target):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget(*target)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+def _run_intercepted(stage: str, case, on_launch) -> int:
+    """Run ``stage`` on the CPU inputs of ``case`` with every launch handed to
+    ``on_launch(fn, args, kwargs)`` instead of run; returns how many launches there were."""
     from triton.runtime.jit import JITFunction
 
     from mamba3_perf.bench import prepare
     from mamba3_perf.kernels import mamba3_mimo_bwd_bwd
     from mamba3_perf.kernels.bwd_bwd.common import dot_precision
-    from mamba3_perf.kernels.cases import Case
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("codegen compiles real triton.jit functions: unset TRITON_INTERPRET")
-    captured = []
+    launches = []
     original = JITFunction.run
-    JITFunction.run = lambda self, *args, grid, warmup, **kw: captured.append((self, args, kw))
+
+    def intercept(self, *args, grid, warmup, **kw):
+        launches.append(self.__name__)
+        on_launch(self, args, kw)
+
+    JITFunction.run = intercept
     # the dot precisions each stage chooses on CUDA, though its tensors are on the CPU
     users = [m for name, m in sys.modules.items()
              if name.startswith("mamba3_perf.kernels.bwd_bwd") and hasattr(m, "dot_precision")]
     for m in users:
         m.dot_precision = lambda device, *, low=False: dot_precision("cuda", low=low)
     try:
-        case = Case(id="codegen", B=1, S=4 * C, H=2, G=1, N=N, P=P, R=R, C=C, dtype="bfloat16")
-        mamba3_mimo_bwd_bwd(**prepare(case, device="cpu"), chunk_size=C, stage=stage)
-    except Exception as e:  # outputs of captured launches are never written; later host code may fail
-        print(f"(stage stopped after {len(captured)} launches: {str(e).splitlines()[0][:120]})",
+        mamba3_mimo_bwd_bwd(**prepare(case, device="cpu"), chunk_size=case.C, stage=stage)
+    except Exception as e:  # outputs of intercepted launches are never written; later host code may fail
+        print(f"(stage stopped after {len(launches)} launches: {str(e).splitlines()[0][:120]})",
               file=sys.stderr)
     finally:
         JITFunction.run = original
         for m in users:
             m.dot_precision = dot_precision
+    return len(launches)
+
+
+def capture_launches(stage: str, N: int, P: int, R: int, C: int) -> list:
+    """(JITFunction, args, kwargs) of every launch of ``stage`` on a small case; nothing is executed."""
+    from mamba3_perf.kernels.cases import Case
+
+    captured = []
+    case = Case(id="codegen", B=1, S=4 * C, H=2, G=1, N=N, P=P, R=R, C=C, dtype="bfloat16")
+    _run_intercepted(stage, case, lambda fn, args, kw: captured.append((fn, args, kw)))
     return captured
+
+
+def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
+    """Compile every launch of ``stage`` on ``case`` (full size) into the Triton cache through the
+    JIT's warmup path, keyed as on a ``target`` GPU; returns the number of launches."""
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    run = JITFunction.run
+
+    def compile_one(fn, args, kw):
+        t0 = time.time()
+        run(fn, *args, grid=(1,), warmup=True, **kw)
+        log(f"{case.id} {stage} {fn.__name__}: {time.time() - t0:.1f} s")
+
+    before = driver._active  # reset_active() would look for a real GPU driver
+    driver.set_active(_StandInDriver(target))
+    try:
+        return _run_intercepted(stage, case, compile_one)
+    finally:
+        driver.set_active(before)
 
 
 def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | None = None,
@@ -90,10 +154,22 @@ def mma_shapes(ttgir: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile", help="compile a small case's launches, one JSON line per kernel")
     for dim in ("stage", "N", "P", "R", "C"):
-        ap.add_argument(dim, type=str if dim == "stage" else int)
-    ap.add_argument("--kernel", default=None, help="compile only the kernels whose name contains this")
+        c.add_argument(dim, type=str if dim == "stage" else int)
+    c.add_argument("--kernel", default=None, help="compile only the kernels whose name contains this")
+    w = sub.add_parser("warm", help="fill TRITON_CACHE_DIR with a GPU's binaries of cases at full size")
+    w.add_argument("cases", help="case ids or sets, comma-separated (as perf bench --cases)")
+    w.add_argument("stages", help="stages, comma-separated")
     a = ap.parse_args(argv)
+    if a.cmd == "warm":
+        from mamba3_perf.bench import select_cases
+
+        for case in select_cases(a.cases):
+            for stage in a.stages.split(","):
+                warm_cache(stage, case, log=lambda line: print(line, flush=True))
+        return
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
         if a.kernel and a.kernel not in fn.__name__:
             continue

@@ -11,14 +11,14 @@ import pytest
 
 def _compile(stage, N, P, R, C, kernel):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", stage, str(N), str(P), str(R), str(C),
+    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", stage, str(N), str(P), str(R), str(C),
                           "--kernel", kernel],
                          capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
 
 
-@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec"])
+@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage9_fuseterms"])
 @pytest.mark.parametrize("shape", [(64, 64, 4, 16), (128, 64, 1, 64)])
 def test_streamed_aux_has_no_n8_tf32_wgmma(stage, shape):
     """Triton 3.6+ reads past the shared operand of a TF32 wgmma with N = 8 (triton#10629):
