@@ -58,8 +58,8 @@ def _run_intercepted(stage: str, case, on_launch) -> int:
     from triton.runtime.jit import JITFunction
 
     from mamba3_perf.bench import prepare
-    from mamba3_perf.kernels import mamba3_mimo_bwd_bwd
     from mamba3_perf.kernels.bwd_bwd.common import dot_precision
+    from mamba3_perf.kernels.checking import run_stage
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("codegen compiles real triton.jit functions: unset TRITON_INTERPRET")
@@ -77,7 +77,7 @@ def _run_intercepted(stage: str, case, on_launch) -> int:
     for m in users:
         m.dot_precision = lambda device, *, low=False: dot_precision("cuda", low=low)
     try:
-        mamba3_mimo_bwd_bwd(**prepare(case, device="cpu"), chunk_size=case.C, stage=stage)
+        run_stage(stage, prepare(case, device="cpu"), case)  # as the benchmarks call it
     except Exception as e:  # outputs of intercepted launches are never written; later host code may fail
         print(f"(stage stopped after {len(launches)} launches: {str(e).splitlines()[0][:120]})",
               file=sys.stderr)
