@@ -106,10 +106,6 @@ _STREAM_AUX = (
 )
 STAGE_BUFFERS["stage7_streamaux"] = {**STAGE_BUFFERS["stage6_statepass"], "aux": _STREAM_AUX}
 STAGE_BUFFERS["stage8_mixprec"] = STAGE_BUFFERS["stage7_streamaux"]
-# stage9's aux also takes the dstates tile of each N block (PsiV and dPhiO are read again per
-# block, not held); state_terms is gone
-STAGE_BUFFERS["stage9_fuseterms"] = {"scan": STAGE_BUFFERS["stage6_statepass"]["scan"],
-                                     "aux": _STREAM_AUX + (_B("dstates [NB,P]", ("NB", "P")),)}
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

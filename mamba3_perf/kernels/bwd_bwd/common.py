@@ -442,24 +442,3 @@ def load_time(X, bh, tpos, S):
 def wt_rows(WT, bhc, ti, C: tl.constexpr):
     """[C*R, C*R] decay matrix from the pre kernel's [C(k), C(q)] one."""
     return tl.load(WT + (bhc * C + ti[:, None]) * C + ti[None, :])
-
-
-@triton.jit
-def chunk_value_terms(V, MV, DECAY_S, DMVP_S, DV, DFAC, DDA, DDACSREV, dpsiv, ddacsrev, dfac, dda,
-                      b, h, c, bh, bhc, ri, tpos, tc, p, S, H, P,
-                      C: tl.constexpr, R: tl.constexpr, BP: tl.constexpr):
-    """A chunk's dstates terms, stored: DDA_CS_REV, DFACTOR (from their [CR] row sums), DDA
-    (chunk decay times sum(states * dstates)) and, from its complete dPsiV, DV and this chunk's
-    DMIMO_V part (DMVP scratch, summed over chunks later)."""
-    mp = p < P
-    toff = bh * S + c * C + tc
-    tl.store(DDACSREV + toff, vec_to_time(ddacsrev, C, R))
-    tl.store(DFAC + toff, vec_to_time(dfac, C, R))
-    tl.store(DDA + toff, tl.zeros([C], dtype=tl.float32) + tl.load(DECAY_S + bhc) * dda)
-    psi = tl.load(MV + (h * R + ri[:, None]) * P + p[None, :], mask=mp[None, :], other=0.0)
-    v = tl.load(V + ((b * S + tpos[:, None]) * H + h) * P + p[None, :], mask=mp[None, :], other=0.0).to(tl.float32)
-    dv, dmv = value_grads(dpsiv, psi, v, C, R, BP)
-    tl.store(DV + ((b * S + c * C + tc[:, None]) * H + h) * P + p[None, :],
-             dv.to(DV.dtype.element_ty), mask=mp[None, :])
-    r_ = tl.arange(0, R)
-    tl.store(DMVP_S + (bhc * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])

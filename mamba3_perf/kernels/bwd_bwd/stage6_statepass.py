@@ -22,9 +22,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_value_terms, dot_precision,
-    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
-    state_k_terms, store_rows, store_value_sums,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision, dstates_step,
+    fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms,
+    store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -76,6 +76,7 @@ def bwd_bwd_state_terms_kernel(
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
+    mp = p < P
     ts = load_time(TS_S, bh, tpos, S)
     erev = load_time(EREV_S, bh, tpos, S)
     psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
@@ -96,8 +97,17 @@ def bwd_bwd_state_terms_kernel(
         ddacsrev += tl.sum(ks * dk_raw, axis=1)
         dfac += tl.sum(kr * dks, axis=1)
         dda += tl.sum(tl.sum(st * ds, axis=1), axis=0)
-    chunk_value_terms(V, MV, DECAY_S, DMVP_S, DV, DFAC, DDA, DDACSREV, dpsiv, ddacsrev, dfac, dda,
-                      b, h, c, bh, bhc, ri, tpos, tc, p, S, H, P, C, R, BP)
+    toff = bh * S + c * C + tc
+    tl.store(DDACSREV + toff, vec_to_time(ddacsrev, C, R))
+    tl.store(DFAC + toff, vec_to_time(dfac, C, R))
+    tl.store(DDA + toff, tl.zeros([C], dtype=tl.float32) + tl.load(DECAY_S + bhc) * dda)
+    psi = tl.load(MV + (h * R + ri[:, None]) * P + p[None, :], mask=mp[None, :], other=0.0)
+    v = tl.load(V + ((b * S + tpos[:, None]) * H + h) * P + p[None, :], mask=mp[None, :], other=0.0).to(tl.float32)
+    dv, dmv = value_grads(dpsiv, psi, v, C, R, BP)
+    tl.store(DV + ((b * S + c * C + tc[:, None]) * H + h) * P + p[None, :],
+             dv.to(DV.dtype.element_ty), mask=mp[None, :])
+    r_ = tl.arange(0, R)
+    tl.store(DMVP_S + (bhc * R + r_[:, None]) * P + p[None, :], dmv, mask=mp[None, :])
 
 
 @triton.jit

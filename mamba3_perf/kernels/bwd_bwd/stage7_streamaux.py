@@ -20,9 +20,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_value_terms,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
-    score_grads, score_weights, split_precisions, state_k_terms, state_q_terms, store_rows, wt_rows,
+    score_grads, score_weights, split_precisions, state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -44,15 +44,11 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    V, MV, DST_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
-    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, TERMS: tl.constexpr,
+    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr,
 ):
-    """stage3's aux products in first-use order, each result stored once complete. TERMS
-    (stage9): the dstates DST[c] of the state pass is there already, so the second N loop also
-    does state_terms' work on the tiles it has loaded, and dK leaves in its final rotated form
-    (DKR) and dPsiV as DV and this chunk's DMIMO_V part; no DKS / DPSIV scratch."""
+    """stage3's aux products in first-use order, each result stored once complete."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -77,47 +73,25 @@ def bwd_bwd_aux_streamed_kernel(
     else:
         dskip = 0.0
     dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
-    if not TERMS:
-        store_rows(DPSIV_S, dpsiv, bhc, i, p, P, CR)
+    store_rows(DPSIV_S, dpsiv, bhc, i, p, P, CR)
     tl.store(DDP_S + bhc, tl.sum(dd_part, axis=0))
     dkqw, gd = score_weights(dkq, wt, same, gamma)
     ecs = load_time(ECS_S, bh, tpos, S)
-    erev = load_time(EREV_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
-    ddacsrev = tl.zeros([CR], dtype=tl.float32)
-    dfac = tl.zeros([CR], dtype=tl.float32)
-    dda = 0.0
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        dks = tl.dot(dkqw, qr, input_precision=PREC)
-        st = load_state_tile(STATES, bhc, cols, p, N, P)
-        kr = load_rows(KR_S, bhc, i, cols, N, CR)
-        ks = kr * ts[:, None]
-        if TERMS:  # PsiV and dPhiO again from L2: [CR, P] tiles held over the loop would spill
-            ds = load_state_tile(DST_S, bhc, cols, p, N, P)
-            dpsiv_inter, dk_raw = state_k_terms(ks, load_rows(PSIV_S, bhc, i, p, P, CR), ds, erev, PREC)
-            dpsiv += dpsiv_inter
-            dks += dk_raw * erev[:, None]
-            store_rows(DKR_S, dks * ts[:, None], bhc, i, cols, N, CR)
-            ddacsrev += tl.sum(ks * dk_raw, axis=1)
-            dfac += tl.sum(kr * dks, axis=1)
-            dda += tl.sum(tl.sum(st * ds, axis=1), axis=0)
-            dphio_b = load_rows(DPHIO_S, bhc, i, p, P, CR)
-        else:
-            store_rows(DKS_S, dks, bhc, i, cols, N, CR)
-            dphio_b = dphio
-        ddacs_b, dq_inter = state_q_terms(dphio_b, st, qr, ecs, C, R, PQ)
+        store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
+        ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
+                                          C, R, PQ)
         ddacs += ddacs_b
+        ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
         store_rows(DQD_S, tl.dot(tl.trans(gd), load_rows(KB_S, bhc, i, cols, N, CR), input_precision=PLO),
                    bhc, i, cols, N, CR)
         store_rows(DKD_S, tl.dot(gd, load_rows(QB_S, bhc, i, cols, N, CR), input_precision=PLO),
                    bhc, i, cols, N, CR)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
-    if TERMS:
-        chunk_value_terms(V, MV, DECAY_S, DMVP_S, DV, DFAC, DDA, DDACSREV, dpsiv, ddacsrev, dfac, dda,
-                          b, h, c, bh, bhc, ri, tpos, tc, p, S, H, P, C, R, BP)
 
 
 AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
@@ -130,11 +104,9 @@ def folds(meta) -> bool:
     return 16 <= cr <= AUX_MAX_ROWS and cr & (cr - 1) == 0
 
 
-def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
-               terms: bool = False) -> None:
+def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
-    the split of :func:`common.split_precisions` (stage8); ``terms``: the aux also does
-    state_terms' work (stage9: the state pass must have run)."""
+    the split of :func:`common.split_precisions` (stage8)."""
     if not folds(meta):
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
@@ -143,11 +115,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
-        x["v"], x["mimo_v"], s["DST"], s["DKR"], s["DMVP"],
-        out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
-        **split_precisions(x, low=low_precision), TERMS=terms, **STREAM_LAUNCH,
+        **split_precisions(x, low=low_precision), **STREAM_LAUNCH,
     )
 
 
