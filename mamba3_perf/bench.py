@@ -420,7 +420,9 @@ def merge_records(records: Sequence[dict], *, command: str,
     case, run one after another): timings and accuracy concatenated, the ladder and limits
     rebuilt over all cases, ``command`` (what made the parts) and each part's command, commit
     and time in the meta. ``unfinished`` (case id -> why) names cases whose process never
-    wrote a part; they are listed in the meta, not given invented rows."""
+    wrote a part; they are listed in the meta, not given invented rows. A record that is itself
+    a merge may be one of ``records`` (a case added later): its parts are kept, and its
+    unfinished cases that a new part now has are dropped."""
     from mamba3_perf.reports.record import ladder_with_limits
 
     if not records:
@@ -437,10 +439,16 @@ def merge_records(records: Sequence[dict], *, command: str,
                 raise ValueError(f"merge_records: case {c['id']} is in more than one record")
             seen.add(c["id"])
             cases.append(c)
-    meta.update(cases=cases, command=command,
-                parts=[{k: r["meta"].get(k) for k in ("command", "git_commit", "created", "clocks")}
-                       | {"cases": [c["id"] for c in r["meta"].get("cases", [])]} for r in records],
-                unfinished_cases=dict(unfinished or {}))
+    parts, left = [], {}
+    for r in records:  # a merged record brings its own parts and unfinished cases
+        parts += r["meta"].get("parts") or [
+            {k: r["meta"].get(k) for k in ("command", "git_commit", "created", "clocks")}
+            | {"cases": [c["id"] for c in r["meta"].get("cases", [])]}]
+        left.update(r["meta"].get("unfinished_cases") or {})
+    left = {c: why for c, why in left.items() if c not in seen}
+    if records[0]["meta"].get("parts"):
+        command = f"{records[0]['meta']['command']} ; then {command}"
+    meta.update(cases=cases, command=command, parts=parts, unfinished_cases=left | dict(unfinished or {}))
     timings = pd.DataFrame([t for r in records for t in r["timings"]], columns=list(TIMING_COLUMNS))
     accuracy = pd.DataFrame([a for r in records for a in r["accuracy"]], columns=list(ACCURACY_COLUMNS))
     table, summary, by_id, spec = ladder_with_limits(timings, meta)

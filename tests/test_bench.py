@@ -193,6 +193,17 @@ def test_merge_records_rebuilds_the_ladder_over_all_parts():
     assert len(rec["timings"]) == 4 and {lim["case_id"] for lim in rec["limits"]} == {"N16_P64_R4_C8", "N32_P64_R4_C16"}
 
 
+def test_merge_records_adds_a_late_case_to_a_merged_record():
+    merged = bench.merge_records([_part("N16_P64_R4_C8", 400.0, "a"), _part("N32_P64_R4_C16", 900.0, "b")],
+                                 command="h200_ladder.sh", unfinished={"N128_P64_R8_C8": "compile timed out"})
+    rec = bench.merge_records([merged, _part("N128_P64_R8_C8", 800.0, "c")], command="ladder R8")
+    meta = rec["meta"]
+    assert [p["git_commit"] for p in meta["parts"]] == ["a", "b", "c"]
+    assert meta["unfinished_cases"] == {} and meta["command"] == "h200_ladder.sh ; then ladder R8"
+    prod = next(v for v in rec["ladder"]["per_variant"] if v["variant"] == "prod")
+    assert prod["n_cases"] == 3 and len(rec["timings"]) == 6
+
+
 def test_merge_records_refuses_mixed_devices_and_repeated_cases():
     a, b = _part("N16_P64_R4_C8", 400.0, "a"), _part("N16_P64_R4_C8", 400.0, "a")
     with pytest.raises(ValueError, match="more than one record"):

@@ -106,6 +106,8 @@ _STREAM_AUX = (
 )
 STAGE_BUFFERS["stage7_streamaux"] = {**STAGE_BUFFERS["stage6_statepass"], "aux": _STREAM_AUX}
 STAGE_BUFFERS["stage8_mixprec"] = STAGE_BUFFERS["stage7_streamaux"]
+# stage9 changes state_terms' N block (BT) only: kernels.bwd_bwd.stage9_termsblock
+STAGE_BUFFERS["stage9_termsblock"] = STAGE_BUFFERS["stage8_mixprec"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
@@ -120,10 +122,13 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     from mamba3_perf.kernels.bwd_bwd import stage6_statepass as s6
     from mamba3_perf.kernels.bwd_bwd.common import pow2
     from mamba3_perf.kernels.bwd_bwd.stage7_streamaux import AUX_NBLOCK
+    from mamba3_perf.kernels.bwd_bwd.stage9_termsblock import terms_choice
 
     tn, tp = s6.pass_tiles(case)
+    terms = terms_choice(case) if stage == "stage9_termsblock" else {}
+    bt = s6.terms_block(case, terms.get("tile_elems", s6.TERMS_TILE_ELEMS))
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
-            "TN": tn, "TP": tp, "BT": s6.terms_block(case), "NB": min(AUX_NBLOCK, pow2(case.N))}
+            "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N))}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

@@ -135,10 +135,11 @@ def pass_tiles(meta) -> tuple[int, int]:
     return min(PASS_TILE, pow2(meta.N)), min(PASS_TILE, pow2(meta.P))
 
 
-def terms_block(meta) -> int:
-    """BNB of state_terms: rows of N per step so that a [BNB, BP] tile stays small."""
+def terms_block(meta, tile_elems: int = TERMS_TILE_ELEMS) -> int:
+    """BNB of state_terms: rows of N per step so that a [BNB, BP] tile stays within
+    ``tile_elems`` (16 to 64 rows)."""
     bp = pow2(meta.P)
-    return max(16, min(64, pow2(meta.N), TERMS_TILE_ELEMS // bp))
+    return max(16, min(64, pow2(meta.N), tile_elems // bp))
 
 
 def launch_state_pass(x: dict, s: dict, meta) -> None:
@@ -151,14 +152,15 @@ def launch_state_pass(x: dict, s: dict, meta) -> None:
     )
 
 
-def launch_state_terms(x: dict, s: dict, out: dict, meta) -> None:
+def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = TERMS_TILE_ELEMS,
+                       launch: dict = TERMS_LAUNCH) -> None:
     bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
         s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H, meta.N, meta.P,
-        C=meta.C, R=meta.R, BNB=terms_block(meta), BP=blocks(meta)["BP"],
-        PREC=dot_precision(x["q"].device), **TERMS_LAUNCH,
+        C=meta.C, R=meta.R, BNB=terms_block(meta, tile_elems), BP=blocks(meta)["BP"],
+        PREC=dot_precision(x["q"].device), **launch,
     )
 
 

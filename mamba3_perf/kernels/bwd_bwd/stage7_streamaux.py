@@ -121,13 +121,14 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
     )
 
 
-def run_with(x: dict, out: dict, meta, *, low_precision: bool) -> None:
-    """stage6's pipeline with the streamed aux."""
+def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None) -> None:
+    """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
+    (stage6_statepass.launch_state_terms keywords; stage9)."""
     s = alloc_scratch(meta, x["q"].device, PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP"))
     stage1_pre.launch_pre(x, s, meta)
     launch_aux(x, s, out, meta, low_precision=low_precision)
     stage6_statepass.launch_state_pass(x, s, meta)
-    stage6_statepass.launch_state_terms(x, s, out, meta)
+    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}))
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     prod.launch_post(x, s, out, meta)
 
