@@ -41,3 +41,26 @@ def test_narrow_state_terms_keep_wgmma_n16(shape):
     wgmma = [m["instr"] for m in terms["mma"] if m["version"] == 3]
     assert wgmma and all(n >= 16 for _, n, _ in wgmma), wgmma
     assert terms["shared"] <= 227 * 1024
+
+
+def _warm(cache, case_id, stages):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(cache)}
+    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "warm", case_id, stages],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def test_warm_fills_the_cache_with_every_kernel_and_its_keys_are_stable(tmp_path):
+    """`codegen warm` compiles each launch through the JIT's warmup path into TRITON_CACHE_DIR;
+    a second process computes the same keys and finds every binary there (what a GPU process
+    with the same Python and Triton does with the carried cache)."""
+    log = _warm(tmp_path, "pw-1", "stage9_termsblock")
+    groups = {p.name for p in tmp_path.glob("*/__grp__*.json")}
+    names = {"bwd_bwd_pre_kernel", "bwd_bwd_aux_streamed_kernel", "bwd_bwd_state_pass_kernel",
+             "bwd_bwd_state_terms_kernel", "bwd_bwd_chunk_sum_kernel", "bwd_bwd_post_kernel"}
+    assert groups == {f"__grp__{n}.json" for n in names}, (groups, log)
+    assert all(list(tmp_path.glob(f"*/{n}.cubin")) for n in names)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _warm(tmp_path, "pw-1", "stage9_termsblock")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
