@@ -89,19 +89,21 @@ def test_predict_and_check():
 
 def test_model_against_the_h200_records():
     """The committed H200 records: every stage/case the model calls (not) runnable on the H200
-    agrees with what ran, except stage0/stage1_pre at N128_P32_R4_C16 (Triton asked 320 KiB of
-    shared memory there; the model counts 200 KiB of operand tiles)."""
+    agrees with what ran (ladder, prod-vs-TileLang and stage9 records), except stage0/stage1_pre
+    at N128_P32_R4_C16 (Triton asked 320 KiB of shared memory there; the model counts 200 KiB of
+    operand tiles)."""
     import json
 
     from mamba3_perf.kernels.cases import cases as case_set
 
     root = Path(__file__).resolve().parents[2] / "records"
     t = pd.concat([pd.DataFrame(json.loads((root / f).read_text())["timings"])
-                   for f in ("h200-ladder.json", "h200-prod-vs-tilelang.json")])
+                   for f in ("h200-ladder.json", "h200-prod-vs-tilelang.json",
+                             "h200-stage9-vs-tilelang.json")])
     t = t[t["variant"] != "tilelang"].drop_duplicates(["variant", "case_id"], keep="last")
     chk = check_predictions(predictions(sorted(set(t["variant"])), case_set("official") + case_set("regular"),
                                         H200), t)
     wrong = chk[chk["outcome"].str.startswith("predicted")]
     assert sorted(zip(wrong["stage"], wrong["case_id"])) == [("stage0", "N128_P32_R4_C16"),
                                                             ("stage1_pre", "N128_P32_R4_C16")]
-    assert (chk["outcome"] == "agree").sum() == 101
+    assert (chk["outcome"] == "agree").sum() == 135, chk[chk["outcome"] != "agree"]
