@@ -30,7 +30,8 @@ from mamba3_perf.kernels.cases import Case, dtype_name, get_case, parse_dtype
 # recorded runs needs no Triton; tests check the two agree.
 LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfold",
                            "stage4_nblock", "stage5_rankloop", "prod", "stage6_statepass",
-                           "stage7_streamaux", "stage8_mixprec", "stage9_termsblock")
+                           "stage7_streamaux", "stage8_mixprec", "stage9_termsblock",
+                           "stage10_fewscratch")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

@@ -442,3 +442,14 @@ def load_time(X, bh, tpos, S):
 def wt_rows(WT, bhc, ti, C: tl.constexpr):
     """[C*R, C*R] decay matrix from the pre kernel's [C(k), C(q)] one."""
     return tl.load(WT + (bhc * C + ti[:, None]) * C + ti[None, :])
+
+
+@triton.jit
+def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr):
+    """q or k plus its bias on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32: the
+    pre-rotation operand the pre kernel otherwise stores as QB / KB (same arithmetic)."""
+    mc = cols < N
+    row = ((b * S + tpos[:, None]) * R + ri[:, None]) * G + hq
+    x = tl.load(X + row * N + cols[None, :], mask=mc[None, :], other=0.0).to(tl.float32)
+    x += tl.load(BIAS + (h * R + ri[:, None]) * N + cols[None, :], mask=mc[None, :], other=0.0)
+    return x

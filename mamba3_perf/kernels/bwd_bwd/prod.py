@@ -12,7 +12,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, load_angles_cs,
-    load_rows, rot_cols, rows_to_time,
+    load_biased_rows, load_rows, rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -25,10 +25,9 @@ def _rows_at(X, bhc, i, cols, mask, ncols, CR: tl.constexpr):
 
 
 @triton.jit
-def _angle_grad(X_S, DX_S, bhc, i, j, jp, mj, cj, sj, N, CR: tl.constexpr):
-    """d(loss)/d(angle j) per row through x's rotation: columns j and jp = j + N/2."""
-    x1 = _rows_at(X_S, bhc, i, j, mj, N, CR)
-    x2 = _rows_at(X_S, bhc, i, jp, mj, N, CR)
+def _angle_grad(x1, x2, DX_S, bhc, i, j, jp, mj, cj, sj, N, CR: tl.constexpr):
+    """d(loss)/d(angle j) per row through the rotation of x (pre-rotation columns x1 = x[:, j],
+    x2 = x[:, jp], jp = j + N/2)."""
     return (_rows_at(DX_S, bhc, i, j, mj, N, CR) * (-sj * x1 - cj * x2)
             + _rows_at(DX_S, bhc, i, jp, mj, N, CR) * (-sj * x2 + cj * x1))
 
@@ -37,13 +36,15 @@ def _angle_grad(X_S, DX_S, bhc, i, j, jp, mj, cj, sj, N, CR: tl.constexpr):
 def bwd_bwd_post_kernel(
     ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
     DQ, DK, DANG,
-    S, H, N, RD,
-    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
+    Q, K, QBIAS, KBIAS,
+    S, H, G, N, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """Everything here reads scratch, so the rotate-half partner columns are gathered by
     address instead of the permutation / fold dots the in-register finish needs
-    (:func:`common.finalize_qk`): no [BN, BN] operand in shared memory, any N."""
-    b, h, c, bh, bhc, i, _ti, _ri, tpos, tc = chunk_frame(S, H, C, R)
+    (:func:`common.finalize_qk`): no [BN, BN] operand in shared memory, any N. INPUTS
+    (stage10): the pre-rotation q / k come from the inputs, not the pre kernel's QB / KB."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     mn = n < N
@@ -65,19 +66,32 @@ def bwd_bwd_post_kernel(
     a = tl.load(ANG + ((b * S + tpos[:, None]) * H + h) * RD + j[None, :], mask=mj[None, :], other=0.0)
     cj = tl.cos(a)
     sj = tl.sin(a)
-    g = (_angle_grad(QB_S, DQR_S, bhc, i, j, jp, mj, cj, sj, N, CR)
-         + _angle_grad(KB_S, DKR_S, bhc, i, j, jp, mj, cj, sj, N, CR))
+    if INPUTS:
+        hq = h // (H // G)
+        q1 = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, j, S, G, N, R)
+        q2 = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, jp, S, G, N, R)
+        k1 = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, j, S, G, N, R)
+        k2 = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, jp, S, G, N, R)
+    else:
+        q1 = _rows_at(QB_S, bhc, i, j, mj, N, CR)
+        q2 = _rows_at(QB_S, bhc, i, jp, mj, N, CR)
+        k1 = _rows_at(KB_S, bhc, i, j, mj, N, CR)
+        k2 = _rows_at(KB_S, bhc, i, jp, mj, N, CR)
+    g = (_angle_grad(q1, q2, DQR_S, bhc, i, j, jp, mj, cj, sj, N, CR)
+         + _angle_grad(k1, k2, DKR_S, bhc, i, j, jp, mj, cj, sj, N, CR))
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j[None, :],
              rows_to_time(g, C, R, BRD), mask=mj[None, :])
 
 
-def launch_post(x: dict, s: dict, out: dict, meta) -> None:
+def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False) -> None:
+    """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10)."""
     bk = blocks(meta)
     bwd_bwd_post_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
-        meta.S, meta.H, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], **CHUNK_LAUNCH,
+        x["q"], x["k"], x["q_bias"], x["k_bias"],
+        meta.S, meta.H, meta.G, meta.N, meta.RD,
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **CHUNK_LAUNCH,
     )
 
 

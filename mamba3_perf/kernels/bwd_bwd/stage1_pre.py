@@ -22,7 +22,9 @@ def bwd_bwd_pre_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
+    INPUTS: tl.constexpr,
 ):
+    """INPUTS (stage10): QB, KB, PsiV and dPhiO are not stored; their readers load the inputs."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -30,13 +32,14 @@ def bwd_bwd_pre_kernel(
     p = tl.arange(0, BP)
     qb, _qbp, qr, _cs, _sn = load_qk_rotated(Q, QBIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot, S, H, G, N, RD, R)
     kb, _kbp, kr, _cs2, _sn2 = load_qk_rotated(K, KBIAS, ANG, b, h, hq, tpos, ri, n, partner, sgn, jn, rot, S, H, G, N, RD, R)
-    store_rows(QB_S, qb, bhc, i, n, N, CR)
-    store_rows(KB_S, kb, bhc, i, n, N, CR)
     store_rows(QR_S, qr, bhc, i, n, N, CR)
     store_rows(KR_S, kr, bhc, i, n, N, CR)
-    _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-    store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
-    store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+    if not INPUTS:
+        store_rows(QB_S, qb, bhc, i, n, N, CR)
+        store_rows(KB_S, kb, bhc, i, n, N, CR)
+        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+        store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
+        store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
     gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
     tl.store(GAM_S + bh * S + c * C + tc, gamma)
     tl.store(TS_S + bh * S + c * C + tc, ts)
@@ -109,14 +112,16 @@ def scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in PRE_SCRATCH)
 
 
-def launch_pre(x: dict, s: dict, meta) -> None:
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs)."""
     bk = blocks(meta)
     bwd_bwd_pre_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, **CHUNK_LAUNCH,
+        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
+        **CHUNK_LAUNCH,
     )
 
 

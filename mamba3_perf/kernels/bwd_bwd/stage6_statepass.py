@@ -23,8 +23,8 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision, dstates_step,
-    fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy, state_k_terms,
-    store_rows, store_value_sums, value_grads, vec_to_time,
+    fused_rows, load_psiv_dphio, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
+    state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -41,24 +41,31 @@ TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 @triton.jit
 def bwd_bwd_state_pass_kernel(
     QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
-    S, N, P,
+    DOUT, V, MV, MO,
+    S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
-    """DST[c] = the dstates chunk c sees (the gradient w.r.t. the state leaving it)."""
+    """DST[c] = the dstates chunk c sees (the gradient w.r.t. the state leaving it). INPUTS
+    (stage10): dPhiO from dout (and mimo_o), not the pre kernel's DPHIO."""
     bh = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
     p = tl.program_id(2) * BPB + tl.arange(0, BPB)
     mask = (cols < N)[:, None] & (p < P)[None, :]
     CR: tl.constexpr = C * R
     nc = S // C
-    i, ti, _ = fused_rows(C, R)
+    i, ti, ri = fused_rows(C, R)
     run = tl.zeros([BNB, BPB], dtype=tl.float32)
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
         ecs = load_time(ECS_S, bh, c * C + ti, S)
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+        if INPUTS:
+            _v, _psi, _psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, bh // H, bh % H, c * C + ti, ri, p,
+                                                     S, H, P, R, REDUCE_O)
+        else:
+            dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
         decay = tl.load(DECAY_S + bhc)
         tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
         run = dstates_step(run, decay, qr, dphio, ecs, PREC)
@@ -68,18 +75,23 @@ def bwd_bwd_state_pass_kernel(
 def bwd_bwd_state_terms_kernel(
     V, MV, STATES, KR_S, PSIV_S, TS_S, EREV_S, DECAY_S, DPSIV_S, DKS_S, DST_S,
     DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
+    DOUT, MO,
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """One chunk's dstates-dependent terms (as the scan of stage2/4 computes them) and its
-    value side, from DST[c]."""
+    value side, from DST[c]. INPUTS (stage10): PsiV from v and mimo_v, not the PSIV scratch."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
     mp = p < P
     ts = load_time(TS_S, bh, tpos, S)
     erev = load_time(EREV_S, bh, tpos, S)
-    psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+    if INPUTS:
+        _v, _psi, psiv, _dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+    else:
+        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
     dpsiv = load_rows(DPSIV_S, bhc, i, p, P, CR)
     ddacsrev = tl.zeros([CR], dtype=tl.float32)
     dfac = tl.zeros([CR], dtype=tl.float32)
@@ -142,26 +154,37 @@ def terms_block(meta, tile_elems: int = TERMS_TILE_ELEMS) -> int:
     return max(16, min(64, pow2(meta.N), tile_elems // bp))
 
 
-def launch_state_pass(x: dict, s: dict, meta) -> None:
+def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10)."""
     bnb, bpb = pass_tiles(meta)
     grid = (meta.B * meta.H, triton.cdiv(meta.N, bnb), triton.cdiv(meta.P, bpb))
     bwd_bwd_state_pass_kernel[grid](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
-        meta.S, meta.N, meta.P,
-        C=meta.C, R=meta.R, BNB=bnb, BPB=bpb, PREC=dot_precision(x["q"].device), **PASS_LAUNCH,
+        *value_inputs(x),
+        meta.S, meta.H, meta.N, meta.P,
+        C=meta.C, R=meta.R, BNB=bnb, BPB=bpb, PREC=dot_precision(x["q"].device),
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **PASS_LAUNCH,
     )
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = TERMS_TILE_ELEMS,
-                       launch: dict = TERMS_LAUNCH) -> None:
+                       launch: dict = TERMS_LAUNCH, inputs: bool = False) -> None:
+    """``tile_elems``, ``launch``: the N block and launch (stage9); ``inputs``: PsiV from the
+    inputs, not PSIV scratch (stage10)."""
     bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
         s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
+        x["dout"], scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=terms_block(meta, tile_elems), BP=blocks(meta)["BP"],
-        PREC=dot_precision(x["q"].device), **launch,
+        PREC=dot_precision(x["q"].device), REDUCE_O=meta.reduce_o, INPUTS=inputs, **launch,
     )
+
+
+def value_inputs(x: dict) -> tuple:
+    """dout, v, mimo_v, mimo_o (or a stand-in pointer): what load_psiv_dphio reads."""
+    return x["dout"], x["v"], x["mimo_v"], scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"])
 
 
 def launch_chunk_sum(x: dict, s: dict, out: dict, meta) -> None:

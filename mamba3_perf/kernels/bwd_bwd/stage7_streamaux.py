@@ -15,13 +15,14 @@ split (``PLO``, ``PQ``); here every dot runs at ``PREC``.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame,
-    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, load_biased_rows,
+    load_psiv_dphio, load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
     score_grads, score_weights, split_precisions, state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -44,18 +45,24 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    S, H, N, P,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS,
+    S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
-    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr,
+    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
+    INPUTS: tl.constexpr,
 ):
-    """stage3's aux products in first-use order, each result stored once complete."""
+    """stage3's aux products in first-use order, each result stored once complete. INPUTS
+    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
     nb = tl.arange(0, NB)
     ts = load_time(TS_S, bh, tpos, S)
-    psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
-    dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+    if INPUTS:
+        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+    else:
+        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
     dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
@@ -87,10 +94,15 @@ def bwd_bwd_aux_streamed_kernel(
         ddacs += ddacs_b
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
-        store_rows(DQD_S, tl.dot(tl.trans(gd), load_rows(KB_S, bhc, i, cols, N, CR), input_precision=PLO),
-                   bhc, i, cols, N, CR)
-        store_rows(DKD_S, tl.dot(gd, load_rows(QB_S, bhc, i, cols, N, CR), input_precision=PLO),
-                   bhc, i, cols, N, CR)
+        if INPUTS:
+            hq = h // (H // G)
+            kb = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
+            qb = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
+        else:
+            kb = load_rows(KB_S, bhc, i, cols, N, CR)
+            qb = load_rows(QB_S, bhc, i, cols, N, CR)
+        store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
+        store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
 
 
@@ -104,9 +116,11 @@ def folds(meta) -> bool:
     return 16 <= cr <= AUX_MAX_ROWS and cr & (cr - 1) == 0
 
 
-def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False) -> None:
+def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
+               inputs: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
-    the split of :func:`common.split_precisions` (stage8)."""
+    the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
+    pre-rotation q / k from the inputs (stage10; only where it folds)."""
     if not folds(meta):
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
@@ -115,22 +129,34 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
-        meta.S, meta.H, meta.N, meta.P,
+        *stage6_statepass.value_inputs(x), x["q"], x["k"], x["q_bias"], x["k_bias"],
+        meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
-        **split_precisions(x, low=low_precision), **STREAM_LAUNCH,
+        **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
+        **STREAM_LAUNCH,
     )
 
 
-def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None) -> None:
+def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
+             inputs: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
-    (stage6_statepass.launch_state_terms keywords; stage9)."""
-    s = alloc_scratch(meta, x["q"].device, PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP"))
-    stage1_pre.launch_pre(x, s, meta)
-    launch_aux(x, s, out, meta, low_precision=low_precision)
-    stage6_statepass.launch_state_pass(x, s, meta)
-    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}))
+    (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
+    PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
+    where the aux folds, since stage5's aux reads that scratch)."""
+    inputs = inputs and folds(meta)
+    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
+    s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
+    s.update({n: torch.empty(0, device=x["q"].device) for n in INPUT_OPERANDS if n not in s})
+    stage1_pre.launch_pre(x, s, meta, inputs=inputs)
+    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs)
+    stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
+    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
-    prod.launch_post(x, s, out, meta)
+    prod.launch_post(x, s, out, meta, inputs=inputs)
+
+
+# the pre scratch that stage10's readers take from the inputs instead
+INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 
 def run(x: dict, out: dict, meta) -> None:
