@@ -29,6 +29,19 @@ def test_stage_matches_golden(stage, case_id):
     assert not failed, "\n".join(f"{r.gradient}: err {r.err:.3e} > bound {r.bound:.3e} (ref {r.ref_err:.3e})" for r in failed)
 
 
+@pytest.mark.parametrize("case_id", [c.id for s in ("pairwise", "tail") for c in cases(s)])
+def test_input_operands_on_every_pairwise_shape(monkeypatch, case_id):
+    """stage10 reads the inputs only where that measured faster (P <= 64, 32 <= N <= 128), which
+    leaves out the pairwise set; here it reads them on every shape (G, reduce_o, has_d, dtypes),
+    and a scratch it no longer writes would surface as NaN (conftest) or a golden miss."""
+    from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch
+
+    monkeypatch.setattr(stage10_fewscratch, "reads_inputs", lambda meta: True)
+    c, x, gold = _prepared(case_id)
+    rows = check_stage("stage10_fewscratch", c, inputs=x, golden=gold)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_scratch_is_written_before_read(stage):
     """conftest fills every torch.empty with NaN: scratch (and outputs) a stage reads or
