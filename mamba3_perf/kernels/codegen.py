@@ -19,6 +19,9 @@ in a subprocess without it).
 
     python -m mamba3_perf.kernels.codegen compile stage7_streamaux 64 64 4 16   # JSON line per kernel
     TRITON_CACHE_DIR=/tmp/tc python -m mamba3_perf.kernels.codegen warm N128_P64_R8_C8 stage2_aux,prod
+    python -m mamba3_perf.kernels.codegen pack /tmp/tc tcache.tar.xz --at /tmp/tcache
+    # on the GPU machine: mkdir -p /tmp/tcache && tar xJf tcache.tar.xz -C /tmp/tcache
+    #                     TRITON_CACHE_DIR=/tmp/tcache perf bench ...
 """
 from __future__ import annotations
 
@@ -152,6 +155,40 @@ def mma_shapes(ttgir: str) -> list[dict]:
     return [{"version": int(v), "instr": [int(x) for x in s.split(",")]} for v, s in _MMA.findall(ttgir)]
 
 
+IR_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".source", ".amdgcn")  # not needed to launch
+
+
+def pack_cache(cache_dir: str, out: str, *, at: str) -> int:
+    """Write the Triton cache ``cache_dir`` as a tar.xz to unpack at the absolute path ``at`` on
+    the GPU machine: each kernel's metadata and binary only (no IR text), its group file
+    rewritten to point there (Triton's group files hold absolute paths). Returns the number of
+    kernels; ``out`` appears complete or not at all."""
+    import shutil
+    import tarfile
+    import tempfile
+    from pathlib import Path
+
+    src, n = Path(cache_dir), 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for grp in sorted(src.glob("*/__grp__*.json")):
+            key = grp.parent.name
+            children = json.loads(grp.read_text()).get("child_paths") or {}
+            keep = {c: p for c, p in children.items() if not c.endswith(IR_SUFFIXES)}
+            if not all(Path(p).is_file() for p in keep.values()):
+                continue  # an entry another process was still writing
+            (Path(tmp) / key).mkdir(exist_ok=True)
+            for c, p in keep.items():
+                shutil.copyfile(p, Path(tmp) / key / c)
+            moved = {c: f"{at.rstrip('/')}/{key}/{c}" for c in keep}
+            (Path(tmp) / key / grp.name).write_text(json.dumps({"child_paths": moved}))
+            n += 1
+        part = f"{out}.part"
+        with tarfile.open(part, "w:xz") as t:
+            t.add(tmp, arcname=".")
+        os.replace(part, out)
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -162,7 +199,15 @@ def main(argv: list[str] | None = None) -> None:
     w = sub.add_parser("warm", help="fill TRITON_CACHE_DIR with a GPU's binaries of cases at full size")
     w.add_argument("cases", help="case ids or sets, comma-separated (as perf bench --cases)")
     w.add_argument("stages", help="stages, comma-separated")
+    k = sub.add_parser("pack", help="tar a Triton cache's binaries for unpacking at an absolute path "
+                                    "on the GPU machine (point TRITON_CACHE_DIR there)")
+    k.add_argument("cache_dir")
+    k.add_argument("out", help="the .tar.xz to write")
+    k.add_argument("--at", required=True, help="absolute path the archive will be unpacked at")
     a = ap.parse_args(argv)
+    if a.cmd == "pack":
+        print(f"{pack_cache(a.cache_dir, a.out, at=a.at)} kernels -> {a.out}")
+        return
     if a.cmd == "warm":
         from mamba3_perf.bench import select_cases
 

@@ -64,3 +64,29 @@ def test_warm_fills_the_cache_with_every_kernel_and_its_keys_are_stable(tmp_path
     before = sorted(p.name for p in tmp_path.iterdir())
     _warm(tmp_path, "pw-1", "stage9_termsblock")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_packed_cache_is_found_where_it_is_unpacked(tmp_path):
+    """`codegen pack` keeps each kernel's metadata and binary, points the group files at the
+    unpack path, and a process using the unpacked cache compiles nothing new."""
+    import tarfile
+
+    _warm(tmp_path / "tc", "pw-1", "prod")
+    at = tmp_path / "unpacked"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "pack", str(tmp_path / "tc"),
+                          str(tmp_path / "tc.tar.xz"), "--at", str(at)], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and res.stdout.startswith("4 kernels"), res.stderr[-2000:]
+    at.mkdir()
+    with tarfile.open(tmp_path / "tc.tar.xz") as t:
+        t.extractall(at, filter="data")
+    for grp in at.glob("*/__grp__*.json"):
+        paths = json.loads(grp.read_text())["child_paths"]
+        assert sorted(p.rsplit(".", 1)[1] for p in paths) == ["cubin", "json"], paths
+        assert all(p.startswith(str(at)) and os.path.isfile(p) for p in paths.values())
+    before = sorted(p.name for p in at.iterdir())
+    _warm(at, "pw-1", "prod")
+    assert sorted(p.name for p in at.iterdir()) == before
+    # a recompile would have rewritten the groups with the IR files again
+    assert not list(at.glob("*/*.ttir"))
+    assert all(len(json.loads(g.read_text())["child_paths"]) == 2 for g in at.glob("*/__grp__*.json"))
