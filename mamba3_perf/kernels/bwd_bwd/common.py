@@ -453,3 +453,16 @@ def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr
     x = tl.load(X + row * N + cols[None, :], mask=mc[None, :], other=0.0).to(tl.float32)
     x += tl.load(BIAS + (h * R + ri[:, None]) * N + cols[None, :], mask=mc[None, :], other=0.0)
     return x
+
+
+@triton.jit
+def chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
+                     R: tl.constexpr, CR: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr):
+    """A chunk's PsiV and dPhiO rows [C*R, len(p)]: from the 16-bit inputs (INPUTS, stage10) or
+    from the pre kernel's scratch. A caller that uses one of the two never loads the other."""
+    if INPUTS:
+        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+    else:
+        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+    return psiv, dphio

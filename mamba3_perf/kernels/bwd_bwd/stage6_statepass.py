@@ -22,8 +22,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision, dstates_step,
-    fused_rows, load_psiv_dphio, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
+    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -61,11 +61,9 @@ def bwd_bwd_state_pass_kernel(
         bhc = bh * nc + c
         ecs = load_time(ECS_S, bh, c * C + ti, S)
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        if INPUTS:
-            _v, _psi, _psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, bh // H, bh % H, c * C + ti, ri, p,
-                                                     S, H, P, R, REDUCE_O)
-        else:
-            dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+        # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
+        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
+                                        ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
         decay = tl.load(DECAY_S + bhc)
         tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
         run = dstates_step(run, decay, qr, dphio, ecs, PREC)
@@ -88,10 +86,9 @@ def bwd_bwd_state_terms_kernel(
     mp = p < P
     ts = load_time(TS_S, bh, tpos, S)
     erev = load_time(EREV_S, bh, tpos, S)
-    if INPUTS:
-        _v, _psi, psiv, _dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-    else:
-        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
+    # PsiV only: dPhiO's pointer is never read, PSIV_S stands in for it
+    psiv, _dphio = chunk_psiv_dphio(PSIV_S, PSIV_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
+                                    R, CR, REDUCE_O, INPUTS)
     dpsiv = load_rows(DPSIV_S, bhc, i, p, P, CR)
     ddacsrev = tl.zeros([CR], dtype=tl.float32)
     dfac = tl.zeros([CR], dtype=tl.float32)

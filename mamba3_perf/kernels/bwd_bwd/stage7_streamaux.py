@@ -21,8 +21,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, load_biased_rows,
-    load_psiv_dphio, load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
+    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
     score_grads, score_weights, split_precisions, state_q_terms, store_rows, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -58,11 +58,8 @@ def bwd_bwd_aux_streamed_kernel(
     p = tl.arange(0, BP)
     nb = tl.arange(0, NB)
     ts = load_time(TS_S, bh, tpos, S)
-    if INPUTS:
-        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-    else:
-        psiv = load_rows(PSIV_S, bhc, i, p, P, CR)
-        dphio = load_rows(DPHIO_S, bhc, i, p, P, CR)
+    psiv, dphio = chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
+                                   R, CR, REDUCE_O, INPUTS)
     dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
@@ -137,6 +134,10 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
     )
 
 
+# the pre scratch that stage10's readers take from the inputs instead
+INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
+
+
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
@@ -153,10 +154,6 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     prod.launch_post(x, s, out, meta, inputs=inputs)
-
-
-# the pre scratch that stage10's readers take from the inputs instead
-INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 
 def run(x: dict, out: dict, meta) -> None:
