@@ -2,13 +2,15 @@
 fp64 golden, then time the ones that pass.
 
 Per case: inputs once (:func:`make_inputs`), golden + fp32 reference once; per variant (a
-ladder stage, or the live upstream ``tilelang`` row):
+ladder stage, a stage with every dot forced to one precision, ``STAGE@tf32``, or the live
+upstream ``tilelang`` row):
 
 1. run once inside try/except: an exception (Triton compile error, OutOfResources, CUDA
    error) gives status "not runnable" with the exception's first line as reason;
 2. check the 12 gradients (:func:`mamba3_perf.kernels.accuracy.check`): any failure gives
    "wrong"; its accuracy rows are kept and it gets no time (a wrong kernel is not timed as if
-   right), except ``tilelang``, which is timed for reference (:data:`TILELANG_WRONG_REASON`);
+   right), except ``tilelang`` and the ``@`` variants, which are timed for reference
+   (:func:`timed_for_reference`);
 3. once every variant of the case is checked, time those that passed, interleaved over
    ``rounds`` rounds (variant A, B, ..., then A, B, ... again; samples pooled): CUDA
    ``triton.testing.do_bench``; NPU ``torch.npu.synchronize`` + perf_counter; CPU (Triton
@@ -68,7 +70,7 @@ def select_stages(spec: str) -> tuple[list[str], bool]:
 
     Unknown stage names raise :class:`StageError` before anything runs.
     """
-    from mamba3_perf.kernels.registry import get_stage, list_stages
+    from mamba3_perf.kernels.registry import list_stages
 
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     names: list[str] = []
@@ -76,8 +78,29 @@ def select_stages(spec: str) -> tuple[list[str], bool]:
         if p == "all":
             names.extend(s.name for s in list_stages())
         elif p != TILELANG:
-            names.append(get_stage(p).name)
+            names.append(variant_name(p))
     return list(dict.fromkeys(names)), TILELANG in parts
+
+
+def variant_name(spec: str) -> str:
+    """The canonical name of a stage variant: ``STAGE`` or ``STAGE@PRECISION`` (every dot of the
+    stage forced to one input precision; :func:`mamba3_perf.kernels.checking.split_variant`).
+    Unknown stages raise :class:`StageError`, unknown precisions too."""
+    from mamba3_perf.kernels.checking import split_variant
+    from mamba3_perf.kernels.registry import get_stage
+
+    try:
+        stage, precision = split_variant(spec)
+    except ValueError as e:
+        raise StageError(str(e)) from None
+    name = get_stage(stage).name
+    return f"{name}@{precision}" if precision else name
+
+
+def timed_for_reference(variant: str) -> bool:
+    """Whether ``variant`` is timed even where it fails the golden check: the live TileLang row
+    and the forced-precision variants, which are there to be compared, not to be used."""
+    return variant == TILELANG or "@" in variant
 
 
 def default_states_dtype(case: Case) -> torch.dtype:
@@ -203,11 +226,12 @@ def _check_variant(variant: str, case: Case, x: dict, oracle, *, device, timing_
         if failed:
             status = "wrong"
             reason = (TILELANG_WRONG_REASON if variant == TILELANG
-                      else f"fails the golden check on {', '.join(failed)}")
+                      else f"fails the golden check on {', '.join(failed)}"
+                      + ("; timed for reference" if timed_for_reference(variant) else ""))
     else:
         reason = "accuracy not checked"
     del out
-    if status == "wrong" and variant != TILELANG:
+    if status == "wrong" and not timed_for_reference(variant):
         return _timing_row(variant, case.id, status, reason, timing_kind), acc, None
     return None, acc, (fn, status, reason)
 
@@ -253,9 +277,7 @@ def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing
     """
     from mamba3_perf import tilelang_row
     from mamba3_perf.kernels.checking import oracles
-    from mamba3_perf.kernels.registry import get_stage
-
-    variants = [get_stage(s).name for s in stages if s != TILELANG]
+    variants = [variant_name(s) for s in stages if s != TILELANG]
     tilelang = tilelang or TILELANG in stages
     tl_ok = tilelang and tilelang_row.available()
     if tilelang:

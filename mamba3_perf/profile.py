@@ -76,9 +76,10 @@ def check_interpreter_budget(case: Case, n_stages: int, *, force: bool = False) 
 
 def _kernel_label(variant: str) -> tuple[str, str]:
     """(kernel_name, stage_tag) for a host-timed stage: its one kernel, else 'other'."""
+    from mamba3_perf.kernels.checking import split_variant
     from mamba3_perf.kernels.registry import get_stage
 
-    kernels = get_stage(variant).kernels if variant != bench.TILELANG else ()
+    kernels = get_stage(split_variant(variant)[0]).kernels if variant != bench.TILELANG else ()
     if len(kernels) == 1:
         return kernels[0].name, kernels[0].tag.value
     return f"{variant} (whole stage, host-timed)", "other"

@@ -136,6 +136,11 @@ def test_selection():
         bench.select_cases("no-such-case")
     assert bench.select_stages("stage0,tilelang") == (["stage0"], True)
     assert bench.select_stages("all")[0][0] == "stage0"
+    assert bench.select_stages("stage10_fewscratch@tf32,tilelang") == (["stage10_fewscratch@tf32"], True)
+    with pytest.raises(StageError, match="precision after '@'"):
+        bench.select_stages("stage0@bf16")
+    with pytest.raises(StageError, match="unknown stage"):
+        bench.select_stages("nope@tf32")
 
 
 def test_states_dtype_follows_upstream():

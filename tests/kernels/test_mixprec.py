@@ -61,10 +61,39 @@ def test_input_operands_keep_the_split(cuda_precisions, case_id):
 
 @interpreter_only
 def test_split_is_what_passes(cuda_precisions):
-    """The emulation bites: with every dot one TF32 pass, the fp32-level outputs fail."""
-    cuda_precisions(lambda device, *, low=False: "tf32")
-    failed = _failed("small-N64_P64_R4_C16", torch.float32)
+    """The emulation bites: with every dot of every kernel forced to one TF32 pass (the
+    ``STAGE@tf32`` variant), the fp32-level outputs fail."""
+    failed = _failed("small-N64_P64_R4_C16", torch.float32, stage="stage8_mixprec@tf32")
     assert {"DSSDA", "DFACTOR", "DDA_CS", "DANGLES"} <= set(failed), failed
+
+
+@interpreter_only
+def test_forced_precision_variant_is_timed_for_reference(cuda_precisions):
+    """bench checks a ``@tf32`` variant like any stage, records it wrong, and still times it
+    (it is there to show what the fp32-level dots cost), unlike a wrong ladder stage."""
+    from mamba3_perf import bench
+
+    t, a = bench.measure([get_case("pw-2")], ["stage10_fewscratch", "stage10_fewscratch@tf32"],
+                         device="cpu", timing_kind="interpreter")
+    t = t.set_index("variant")
+    assert t.loc["stage10_fewscratch", "status"] == "ok"
+    forced = t.loc["stage10_fewscratch@tf32"]
+    assert forced["status"] == "wrong" and forced["reason"].endswith("timed for reference")
+    assert forced["median_us"] > 0
+    bad = a[(a["variant"] == "stage10_fewscratch@tf32") & ~a["passed"]]["gradient"]
+    assert "DSSDA" in set(bad)
+
+
+def test_forced_precision_is_scoped():
+    assert common.dot_precision("cpu") == "ieee"
+    with common.forced_dot_precision("tf32"):
+        assert common.dot_precision("cpu") == "tf32"
+        assert common.split_precisions({"q": torch.zeros(1), "states": torch.zeros(1)}, low=False) == \
+            dict(PREC="tf32", PLO="tf32", PQ="tf32")
+    assert common.dot_precision("cpu") == "ieee"
+    with pytest.raises(ValueError, match="expected one of"):
+        with common.forced_dot_precision("bf16"):
+            pass
 
 
 def test_split_choices():

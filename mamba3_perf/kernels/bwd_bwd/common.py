@@ -7,6 +7,9 @@ sizes; S is the padded length (S % C == 0); arithmetic and dots are fp32 with
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 import triton
 import triton.language as tl
@@ -17,10 +20,36 @@ def dot_precision(device, *, low: bool = False) -> str:
     tensor-core passes, fp32-level error; the "ieee" FMA dots unroll into code that spills
     tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend).
     ``low``: one TF32 pass on CUDA (operands rounded to 10 mantissa bits), for the dots
-    :func:`split_precisions` finds only 16-bit-level outputs depend on."""
+    :func:`split_precisions` finds only 16-bit-level outputs depend on. Inside
+    :func:`forced_dot_precision` every dot gets the precision forced there, on any device."""
+    forced = _FORCED_PRECISION.get()
+    if forced is not None:
+        return forced
     if torch.device(device).type != "cuda":
         return "ieee"
     return "tf32" if low else "tf32x3"
+
+
+DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
+_FORCED_PRECISION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "forced_dot_precision", default=None)
+
+
+@contextlib.contextmanager
+def forced_dot_precision(precision: str | None):
+    """Every stage launched inside runs all its dots at ``precision`` (None: as it chooses).
+
+    A measuring tool, not a ladder step: ``"tf32"`` puts every product at one TF32 pass, the
+    accuracy class of upstream TileLang's bf16 GEMMs, so a benchmark can show what the stages'
+    fp32-level dots cost (variant ``STAGE@tf32``: :func:`mamba3_perf.kernels.checking.run_stage`);
+    such a run fails the golden criterion on the fp32-level outputs, and says so."""
+    if precision is not None and precision not in DOT_PRECISIONS:
+        raise ValueError(f"dot precision {precision!r}: expected one of {', '.join(DOT_PRECISIONS)}")
+    token = _FORCED_PRECISION.set(precision)
+    try:
+        yield
+    finally:
+        _FORCED_PRECISION.reset(token)
 
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
