@@ -23,9 +23,10 @@ import triton  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 
 
-def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None) -> str:
+def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
+                 stages: int | None = None) -> str:
     t0 = time.time()
-    k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps)
+    k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps, stages=stages)
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(k.asm["ptx"])
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -53,9 +54,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prec", default=None,
                     help="override the dots' input precision PREC (default: the stage's CUDA choice)")
     ap.add_argument("--warps", type=int, default=None, help="override every kernel's num_warps")
+    ap.add_argument("--stages", type=int, default=None, help="override every kernel's num_stages")
+    ap.add_argument("--kernel", default=None, help="only the kernels whose name contains this")
     a = ap.parse_args(argv)
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
-        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps), flush=True)
+        if a.kernel and a.kernel not in fn.__name__:
+            continue
+        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages), flush=True)
 
 
 if __name__ == "__main__":

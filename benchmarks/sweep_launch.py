@@ -1,78 +1,135 @@
-"""Sweep the launch options (num_warps, num_stages) of the (B, H, nchunks)-grid kernels of a
-stage (pre, aux, post: every kernel launched with ``common.CHUNK_LAUNCH``; stage6's state
-terms have their own ``TERMS_LAUNCH`` and its state pass ``PASS_LAUNCH``) and
-report, per case and option pair, the stage's golden check, its do_bench time and each
-kernel's device time from a torch.profiler trace. What the defaults in
-``kernels/bwd_bwd/common.py`` rest on.
+"""Sweep the launch options (num_warps, num_stages) of a stage's kernels and report, per case,
+target and option pair, the stage's golden check, its do_bench time and each kernel's device
+time from a torch.profiler trace. What the launch defaults in ``kernels/bwd_bwd`` rest on.
 
-    python benchmarks/sweep_launch.py --cases N64_P64_R4_C16 --stage stage6_statepass \
-        --configs 8:3,8:1,16:3,16:1,4:3 --json sweep.json
+A target is one launch-options dict the kernels read at launch (:data:`TARGETS`): ``chunk``
+(common.CHUNK_LAUNCH: the pre and post kernels), ``stream`` (the streamed aux), ``terms``
+(stage9's narrow state_terms), ``pass`` (the state pass). Each ``--sweep`` varies one target
+while the others keep their defaults; the default pair, if listed, is measured in the same
+process as the others.
+
+    python benchmarks/sweep_launch.py --cases N64_P64_R4_C16 --stage stage10_fewscratch \
+        --sweep stream=4:1,4:2,4:3 --sweep pass=4:3,4:1,8:3 --json sweep.json
+
+``--warm`` compiles every (case, target, options) of the sweep into TRITON_CACHE_DIR for the
+H200 on a machine without a GPU (python -m mamba3_perf.kernels.codegen warm's path), so the
+device run starts from binaries. Avoid num_warps 8 for ``stream`` and ``terms``: their [*, 16]
+dot tiles split into N = 8 per warpgroup there, which Triton 3.6 miscompiles for TF32 wgmma
+(illegal address, triton#10629; records/h200-aux-launch-check.jsonl).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import tempfile
 from pathlib import Path
+
+TARGETS = {
+    "chunk": ("mamba3_perf.kernels.bwd_bwd.common", "CHUNK_LAUNCH"),
+    "stream": ("mamba3_perf.kernels.bwd_bwd.stage7_streamaux", "STREAM_LAUNCH"),
+    "terms": ("mamba3_perf.kernels.bwd_bwd.stage9_termsblock", "LAUNCH"),
+    "pass": ("mamba3_perf.kernels.bwd_bwd.stage6_statepass", "PASS_LAUNCH"),
+}
+
+
+def parse_sweeps(specs: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+    """``TARGET=W:S,W:S`` strings -> [(target, [(num_warps, num_stages), ...])]."""
+    out = []
+    for spec in specs:
+        target, _, configs = spec.partition("=")
+        if target not in TARGETS or not configs:
+            raise SystemExit(f"--sweep {spec!r}: expected TARGET=W:S,... with TARGET in {', '.join(TARGETS)}")
+        out.append((target, [tuple(int(v) for v in c.split(":")) for c in configs.split(",")]))
+    return out
+
+
+def launch_dict(target: str) -> dict:
+    module, name = TARGETS[target]
+    return getattr(importlib.import_module(module), name)
+
+
+def measure(fn, case, stage, x, golden, ref, device, bk) -> dict:
+    """Golden check, do_bench time and per-kernel trace times of one configuration."""
+    from mamba3_perf import bench, profile
+    from mamba3_perf.kernels.accuracy import check
+
+    out = fn()
+    bench.synchronize(device)
+    failed = [r.gradient for r in check(out, golden, ref) if not r.passed]
+    del out
+    row = dict(status="wrong" if failed else "ok", failed=failed,
+               **bench.time_fn(fn, device=device, warmup_ms=10, rep_ms=40))
+    with tempfile.TemporaryDirectory() as d:
+        ev = profile.trace_variants(case, [stage], bk, Path(d))
+    per = ev.groupby("kernel_name")["dur_us"].sum() / profile.TRACE_ITERS[bk.name]
+    row["kernel_us"] = {k: float(v) for k, v in per.items()}
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", required=True)
-    ap.add_argument("--stage", default="stage6_statepass")
-    ap.add_argument("--configs", default="8:3,8:1,16:3,16:1,4:3", help="num_warps:num_stages,...")
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--compile-only", action="store_true",
-                    help="run each config once (fills the compile cache; parallel processes may "
-                         "do this, timing must then run alone on the GPU)")
+    ap.add_argument("--stage", default="stage10_fewscratch")
+    ap.add_argument("--sweep", action="append", required=True, metavar="TARGET=W:S,...")
+    ap.add_argument("--json", default=None, help="the record (required unless --warm)")
+    ap.add_argument("--warm", action="store_true",
+                    help="compile every configuration into TRITON_CACHE_DIR for the H200 here, "
+                         "without a GPU; nothing runs")
     a = ap.parse_args(argv)
+    sweeps = parse_sweeps(a.sweep)
+    if not a.warm and not a.json:
+        ap.error("--json is required unless --warm")
+
+    from mamba3_perf import bench
+
+    cases = bench.select_cases(a.cases)
+    if a.warm:
+        from mamba3_perf.kernels.codegen import warm_cache
+
+        for case in cases:
+            for target, configs in sweeps:
+                d = launch_dict(target)
+                default = dict(d)
+                for warps, stages in configs:
+                    d.update(num_warps=warps, num_stages=stages)
+                    warm_cache(a.stage, case, log=lambda s: print(f"{target} {warps}:{stages} {s}", flush=True))
+                d.clear()
+                d.update(default)
+        return
 
     from mamba3_perf import backend as be
 
     bk = be.resolve("auto")
-    from mamba3_perf import bench, profile
-    from mamba3_perf.kernels.accuracy import check
-    from mamba3_perf.kernels.bwd_bwd import common
     from mamba3_perf.kernels.checking import oracles
     from mamba3_perf.runs import collect_environment, write_text_atomic
 
-    configs = [tuple(int(v) for v in c.split(":")) for c in a.configs.split(",")]
-    default = dict(common.CHUNK_LAUNCH)
+    defaults = {t: dict(launch_dict(t)) for t, _ in sweeps}
     rows = []
-    for case in bench.select_cases(a.cases):
+    for case in cases:
         x = bench.prepare(case, device=bk.device)
-        golden, ref = oracles(x, case) if not a.compile_only else (None, None)
-        for warps, stages in configs:
-            common.CHUNK_LAUNCH.clear()
-            common.CHUNK_LAUNCH.update(num_warps=warps, num_stages=stages)
-            row = {"case_id": case.id, "stage": a.stage, "num_warps": warps, "num_stages": stages}
-            try:
-                fn = bench.variant_runner(a.stage, case, x)
-                out = fn()
-                bench.synchronize(bk.device)
-                if a.compile_only:
-                    row["status"] = "compiled"
-                    print(json.dumps(row), flush=True)
-                    continue
-                failed = [r.gradient for r in check(out, golden, ref) if not r.passed]
-                del out
-                row.update(status="wrong" if failed else "ok", failed=failed,
-                           **bench.time_fn(fn, device=bk.device, warmup_ms=10, rep_ms=40))
-                with tempfile.TemporaryDirectory() as d:
-                    ev = profile.trace_variants(case, [a.stage], bk, Path(d))
-                per = ev.groupby("kernel_name")["dur_us"].sum() / profile.TRACE_ITERS[bk.name]
-                row["kernel_us"] = {k: float(v) for k, v in per.items()}
-            except Exception as e:  # a config that does not compile or launch is a result
-                row.update(status="not runnable", reason=bench.first_line(e))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-            bench._free(bk.device)
+        golden, ref = oracles(x, case)
+        fn = bench.variant_runner(a.stage, case, x)
+        for target, configs in sweeps:
+            d = launch_dict(target)
+            for warps, stages in configs:
+                d.clear()
+                d.update(defaults[target], num_warps=warps, num_stages=stages)
+                row = {"case_id": case.id, "stage": a.stage, "target": target, "num_warps": warps,
+                       "num_stages": stages}
+                try:
+                    row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
+                except Exception as e:  # a config that does not compile or launch is a result
+                    row.update(status="not runnable", reason=bench.first_line(e))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                bench._free(bk.device)
+            d.clear()
+            d.update(defaults[target])
         del x, golden, ref
         bench._free(bk.device)
-    common.CHUNK_LAUNCH.clear()
-    common.CHUNK_LAUNCH.update(default)
     rec = {"meta": {**collect_environment(), "command": "python benchmarks/sweep_launch.py "
-                    + " ".join(argv or __import__("sys").argv[1:]), "default_chunk_launch": default},
+                    + " ".join(argv or __import__("sys").argv[1:]), "defaults": defaults},
            "rows": rows}
     write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
 

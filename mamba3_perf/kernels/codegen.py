@@ -123,8 +123,8 @@ def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
 
 
 def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | None = None,
-                   warps: int | None = None):
-    """triton.compile of one captured launch (PREC / num_warps optionally overridden)."""
+                   warps: int | None = None, stages: int | None = None):
+    """triton.compile of one captured launch (PREC / num_warps / num_stages optionally overridden)."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -134,6 +134,8 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
     opts = dict(num_warps=kwargs.pop("num_warps", 4), num_stages=kwargs.pop("num_stages", 3))
     if warps:
         opts["num_warps"] = warps
+    if stages:
+        opts["num_stages"] = stages
     if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
     values = {**dict(zip(fn.arg_names, args)), **kwargs}
