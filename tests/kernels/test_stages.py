@@ -63,7 +63,7 @@ def test_stage_outputs_have_api_dtypes():
 
 @pytest.mark.parametrize("N,P", [(96, 128), (192, 64), (80, 128)])
 @pytest.mark.parametrize("stage", ["stage4_nblock", "prod", "stage6_statepass", "stage7_streamaux",
-                                   "stage9_termsblock", "stage10_fewscratch"])
+                                   "stage9_termsblock", "stage10_fewscratch", "stage11_steptrig"])
 def test_nblock_scan_any_n(stage, N, P):
     """N*P > 8192 with N not a power of two: the N-blocked scan masks the last block."""
     c = get_case("small-N128_P128_R4_C8").with_(N=N, P=P, id=f"odd-N{N}-P{P}")
@@ -71,7 +71,8 @@ def test_nblock_scan_any_n(stage, N, P):
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 
 
-@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch"])
+@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch",
+                                   "stage11_steptrig"])
 @pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
 def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
     """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,
@@ -86,10 +87,12 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     from mamba3_perf.analysis.ladder import LADDER
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
                       "stage5_rankloop", "prod", "stage6_statepass", "stage7_streamaux",
-                      "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch"] == list(LADDER)
+                      "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch",
+                      "stage11_steptrig"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE
+    assert tags["bwd_bwd_pre_steptrig_kernel"] == (Tag.PRE, "stage11_steptrig")
     assert tags["bwd_bwd_aux_rankfold_kernel"][0] == Tag.AUX
     assert tags["bwd_bwd_scan_nblock_kernel"][0] == Tag.SCAN
     assert tags["bwd_bwd_post_kernel"] == (Tag.POST, "prod")

@@ -139,16 +139,17 @@ INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
-             inputs: bool = False) -> None:
+             inputs: bool = False, pre=stage1_pre.launch_pre) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
-    where the aux folds, since stage5's aux reads that scratch)."""
+    where the aux folds, since stage5's aux reads that scratch); ``pre``: the pre kernel's
+    launcher (stage1_pre.launch_pre's signature; stage11)."""
     inputs = inputs and folds(meta)
     names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
     s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
     s.update({n: torch.empty(0, device=x["q"].device) for n in INPUT_OPERANDS if n not in s})
-    stage1_pre.launch_pre(x, s, meta, inputs=inputs)
+    pre(x, s, meta, inputs=inputs)
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs)
     stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)

@@ -1,0 +1,111 @@
+"""stage11_steptrig: stage10 with a pre kernel that takes cos / sin once per (step, column).
+
+The rotary angle of fused row (t, r), column n is angles[t, n mod N/2] for every rank r, but the
+pre kernel of stages 1-10 loads it and takes tl.cos and tl.sin on the whole [C*R, N] tile of q
+and again of k: 4 C R N libdevice calls per chunk (16 K at N = 64, R = 4, C = 16) for C N / 2
+distinct values. Here the pre kernel works on [C, R, N] tiles: the angles, cos and sin are
+[C, 1, N] and broadcast over the ranks, shared by q and k (R x 2 fewer calls); the rotated rows
+are stored to the same fused-row scratch (row t R + r). Everything else is stage10.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
+from mamba3_perf.kernels.bwd_bwd.common import (
+    CHUNK_LAUNCH, blocks, chunk_frame, load_psiv_dphio, rot_cols, scalar_ptr_or_dummy, step_scalars,
+    store_rows, wt_from_segsum,
+)
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+
+@triton.jit
+def _store_cube(X, val, bhc, t3, r3, n3, mask, N, R: tl.constexpr, CR: tl.constexpr):
+    """A [C, R, BN] tile to fused rows t R + r of a [B,H,nc,C*R,N] scratch buffer."""
+    tl.store(X + (bhc * CR + t3 * R + r3) * N + n3, val, mask=mask)
+
+
+@triton.jit
+def _qk_cube(X, BIAS, b, h, hq, tt, r3, cols, S, G, N, R: tl.constexpr):
+    """q or k plus its bias at steps tt [C,1,1], ranks r3 [1,R,1], columns cols [1,1,BN], fp32."""
+    m = cols < N
+    row = ((b * S + tt) * R + r3) * G + hq
+    x = tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32)
+    return x + tl.load(BIAS + (h * R + r3) * N + cols, mask=m, other=0.0)
+
+
+@triton.jit
+def bwd_bwd_pre_steptrig_kernel(
+    DOUT, Q, K, V, QBIAS, KBIAS, MV, MO, DACS, DACSREV, DT, TRAP, SEGSUM, ANG,
+    QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+    S, H, G, N, P, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
+    INPUTS: tl.constexpr,
+):
+    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN])."""
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    hq = h // (H // G)
+    CR: tl.constexpr = C * R
+    n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
+    n3 = n[None, None, :]
+    pt3 = partner[None, None, :]
+    r3 = tl.arange(0, R)[None, :, None]
+    tt = c * C + tc[:, None, None]
+    mn3 = n3 < N
+    a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
+                mask=(rot & (n < N))[None, None, :], other=0.0)  # [C, 1, BN]
+    cs = tl.cos(a)
+    sn = sgn[None, None, :] * tl.sin(a)
+    qb = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
+    qr = cs * qb + sn * _qk_cube(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+    _store_cube(QR_S, qr, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+    kb = _qk_cube(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
+    kr = cs * kb + sn * _qk_cube(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+    _store_cube(KR_S, kr, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+    if not INPUTS:
+        _store_cube(QB_S, qb, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+        _store_cube(KB_S, kb, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+        p = tl.arange(0, BP)
+        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+        store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
+        store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
+    tl.store(GAM_S + bh * S + c * C + tc, gamma)
+    tl.store(TS_S + bh * S + c * C + tc, ts)
+    tl.store(ECS_S + bh * S + c * C + tc, ecs)
+    tl.store(EREV_S + bh * S + c * C + tc, erev)
+    wt = wt_from_segsum(SEGSUM, bhc, tc, C)  # [C(k), C(q)]
+    tl.store(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :], wt)
+    tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
+
+
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """stage1_pre.launch_pre's contract, with the per-step trig pre kernel."""
+    bk = blocks(meta)
+    bwd_bwd_pre_steptrig_kernel[(meta.B * meta.H * meta.nchunks,)](
+        x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
+        scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
+        x["segsum"], x["angles"], *stage1_pre.scratch_args(s),
+        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
+        **CHUNK_LAUNCH,
+    )
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
+                              inputs=stage10_fewscratch.reads_inputs(meta), pre=launch_pre)
+
+
+_S10 = stage10_fewscratch.STAGE.kernels
+STAGE = register_stage(StageSpec(
+    name="stage11_steptrig",
+    parent="stage10_fewscratch",
+    summary="the pre kernel rotates q/k on [C, R, N] tiles: cos / sin once per (step, column), "
+            "shared by the ranks and by q and k",
+    entry=run,
+    kernels=(KernelSpec("bwd_bwd_pre_steptrig_kernel", Tag.PRE,
+                        "discretization, rotary with per-step cos / sin, into scratch"),) + _S10[1:],
+    zero_outputs=False,
+))
