@@ -80,6 +80,73 @@ def bwd_bwd_pre_steptrig_kernel(
     tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
 
 
+@triton.jit
+def _angle_grad_cube(DX_S, rows3, j, jp, mj, x1, x2, cj, sj):
+    """d(loss)/d(angle j) per (step, rank) through the rotation of x (pre-rotation columns
+    x1 = x[.., j], x2 = x[.., jp], jp = j + N/2; dX rotated-domain gradient rows in scratch)."""
+    d1 = tl.load(DX_S + rows3 + j, mask=mj, other=0.0)
+    d2 = tl.load(DX_S + rows3 + jp, mask=mj, other=0.0)
+    return d1 * (-sj * x1 - cj * x2) + d2 * (-sj * x2 + cj * x1)
+
+
+@triton.jit
+def bwd_bwd_post_steptrig_kernel(
+    ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
+    DQ, DK, DANG,
+    Q, K, QBIAS, KBIAS,
+    S, H, G, N, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
+):
+    """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
+    over the ranks; DANGLES sums the ranks of a [C, R, RD] tile."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    CR: tl.constexpr = C * R
+    n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
+    n3 = n[None, None, :]
+    t3 = tc[:, None, None]
+    r3 = tl.arange(0, R)[None, :, None]
+    tt = c * C + t3
+    mn3 = n3 < N
+    a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
+                mask=(rot & (n < N))[None, None, :], other=0.0)
+    cs = tl.cos(a)
+    sn = sgn[None, None, :] * tl.sin(a)
+    rows3 = (bhc * CR + t3 * R + r3) * N
+    pt3 = partner[None, None, :]
+    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N + n3
+    dq = (cs * tl.load(DQR_S + rows3 + n3, mask=mn3, other=0.0)
+          - sn * tl.load(DQR_S + rows3 + pt3, mask=mn3, other=0.0)
+          + tl.load(DQD_S + rows3 + n3, mask=mn3, other=0.0))
+    tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn3)
+    dk = (cs * tl.load(DKR_S + rows3 + n3, mask=mn3, other=0.0)
+          - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0)
+          + tl.load(DKD_S + rows3 + n3, mask=mn3, other=0.0))
+    tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
+    # DANGLES per angle j: both columns it rotates, j and j + N/2
+    j = tl.arange(0, BRD)[None, None, :]
+    mj = j < RD
+    jp = j + N // 2
+    aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)  # [C, 1, BRD]
+    cj = tl.cos(aj)
+    sj = tl.sin(aj)
+    if INPUTS:
+        hq = h // (H // G)
+        q1 = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, j, S, G, N, R)
+        q2 = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
+        k1 = _qk_cube(K, KBIAS, b, h, hq, tt, r3, j, S, G, N, R)
+        k2 = _qk_cube(K, KBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
+    else:
+        q1 = tl.load(QB_S + rows3 + j, mask=mj, other=0.0)
+        q2 = tl.load(QB_S + rows3 + jp, mask=mj, other=0.0)
+        k1 = tl.load(KB_S + rows3 + j, mask=mj, other=0.0)
+        k2 = tl.load(KB_S + rows3 + jp, mask=mj, other=0.0)
+    g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
+         + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+    j2 = tl.arange(0, BRD)[None, :]
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1),
+             mask=j2 < RD)
+
+
 def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """stage1_pre.launch_pre's contract, with the per-step trig pre kernel."""
     bk = blocks(meta)
@@ -93,19 +160,33 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     )
 
 
+def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False) -> None:
+    """prod.launch_post's contract, with the per-step trig post kernel."""
+    bk = blocks(meta)
+    bwd_bwd_post_steptrig_kernel[(meta.B * meta.H * meta.nchunks,)](
+        x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
+        out["DQ"], out["DK"], out["DANGLES"],
+        x["q"], x["k"], x["q_bias"], x["k_bias"],
+        meta.S, meta.H, meta.G, meta.N, meta.RD,
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **CHUNK_LAUNCH,
+    )
+
+
 def run(x: dict, out: dict, meta) -> None:
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
-                              inputs=stage10_fewscratch.reads_inputs(meta), pre=launch_pre)
+                              inputs=stage10_fewscratch.reads_inputs(meta), pre=launch_pre, post=launch_post)
 
 
 _S10 = stage10_fewscratch.STAGE.kernels
 STAGE = register_stage(StageSpec(
     name="stage11_steptrig",
     parent="stage10_fewscratch",
-    summary="the pre kernel rotates q/k on [C, R, N] tiles: cos / sin once per (step, column), "
-            "shared by the ranks and by q and k",
+    summary="the pre and post kernels rotate on [C, R, N] tiles: cos / sin once per (step, "
+            "column), shared by the ranks (and in pre by q and k)",
     entry=run,
     kernels=(KernelSpec("bwd_bwd_pre_steptrig_kernel", Tag.PRE,
-                        "discretization, rotary with per-step cos / sin, into scratch"),) + _S10[1:],
+                        "discretization, rotary with per-step cos / sin, into scratch"),) + _S10[1:-1]
+    + (KernelSpec("bwd_bwd_post_steptrig_kernel", Tag.POST,
+                  "inverse rotary with per-step cos / sin, diagonal correction, DANGLES"),),
     zero_outputs=False,
 ))

@@ -139,12 +139,12 @@ INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
-             inputs: bool = False, pre=stage1_pre.launch_pre) -> None:
+             inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
-    where the aux folds, since stage5's aux reads that scratch); ``pre``: the pre kernel's
-    launcher (stage1_pre.launch_pre's signature; stage11)."""
+    where the aux folds, since stage5's aux reads that scratch); ``pre`` / ``post``: the pre and
+    post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11)."""
     inputs = inputs and folds(meta)
     names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
     s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
@@ -154,7 +154,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
-    prod.launch_post(x, s, out, meta, inputs=inputs)
+    post(x, s, out, meta, inputs=inputs)
 
 
 def run(x: dict, out: dict, meta) -> None:
