@@ -83,10 +83,11 @@ def bwd_bwd_post_kernel(
              rows_to_time(g, C, R, BRD), mask=mj[None, :])
 
 
-def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False) -> None:
-    """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10)."""
+def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None) -> None:
+    """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10);
+    ``kernel``: another post kernel of the same signature (stage11)."""
     bk = blocks(meta)
-    bwd_bwd_post_kernel[(meta.B * meta.H * meta.nchunks,)](
+    (kernel or bwd_bwd_post_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         x["q"], x["k"], x["q_bias"], x["k_bias"],

@@ -9,12 +9,14 @@ are stored to the same fused-row scratch (row t R + r). Everything else is stage
 """
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
-from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
+from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    CHUNK_LAUNCH, blocks, chunk_frame, load_psiv_dphio, rot_cols, scalar_ptr_or_dummy, step_scalars,
+    chunk_frame, load_psiv_dphio, rot_cols, step_scalars,
     store_rows, wt_from_segsum,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -147,34 +149,11 @@ def bwd_bwd_post_steptrig_kernel(
              mask=j2 < RD)
 
 
-def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """stage1_pre.launch_pre's contract, with the per-step trig pre kernel."""
-    bk = blocks(meta)
-    bwd_bwd_pre_steptrig_kernel[(meta.B * meta.H * meta.nchunks,)](
-        x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
-        scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
-        x["segsum"], x["angles"], *stage1_pre.scratch_args(s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        **CHUNK_LAUNCH,
-    )
-
-
-def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False) -> None:
-    """prod.launch_post's contract, with the per-step trig post kernel."""
-    bk = blocks(meta)
-    bwd_bwd_post_steptrig_kernel[(meta.B * meta.H * meta.nchunks,)](
-        x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
-        out["DQ"], out["DK"], out["DANGLES"],
-        x["q"], x["k"], x["q_bias"], x["k_bias"],
-        meta.S, meta.H, meta.G, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **CHUNK_LAUNCH,
-    )
-
-
 def run(x: dict, out: dict, meta) -> None:
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
-                              inputs=stage10_fewscratch.reads_inputs(meta), pre=launch_pre, post=launch_post)
+                              inputs=stage10_fewscratch.reads_inputs(meta),
+                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel),
+                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel))
 
 
 _S10 = stage10_fewscratch.STAGE.kernels

@@ -112,10 +112,11 @@ def scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in PRE_SCRATCH)
 
 
-def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs)."""
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None) -> None:
+    """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
+    ``kernel``: another pre kernel of the same signature (stage11)."""
     bk = blocks(meta)
-    bwd_bwd_pre_kernel[(meta.B * meta.H * meta.nchunks,)](
+    (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),
