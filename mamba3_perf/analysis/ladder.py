@@ -31,7 +31,8 @@ from mamba3_perf.kernels.cases import Case, dtype_name, get_case, parse_dtype
 LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfold",
                            "stage4_nblock", "stage5_rankloop", "prod", "stage6_statepass",
                            "stage7_streamaux", "stage8_mixprec", "stage9_termsblock",
-                           "stage10_fewscratch", "stage11_steptrig")
+                           "stage10_fewscratch", "stage11_steptrig",
+                           "stage12_pipeaux")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

@@ -112,6 +112,8 @@ STAGE_BUFFERS["stage9_termsblock"] = STAGE_BUFFERS["stage8_mixprec"]
 STAGE_BUFFERS["stage10_fewscratch"] = STAGE_BUFFERS["stage9_termsblock"]
 # stage11 holds the pre kernel's rotary as [C, R, N] instead of [C*R, N]: the same elements
 STAGE_BUFFERS["stage11_steptrig"] = STAGE_BUFFERS["stage10_fewscratch"]
+# stage12 changes the aux's launch options only
+STAGE_BUFFERS["stage12_pipeaux"] = STAGE_BUFFERS["stage11_steptrig"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
@@ -129,7 +131,8 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     from mamba3_perf.kernels.bwd_bwd.stage9_termsblock import terms_choice
 
     tn, tp = s6.pass_tiles(case)
-    terms = terms_choice(case) if stage in ("stage9_termsblock", "stage10_fewscratch", "stage11_steptrig") else {}
+    terms = terms_choice(case) if stage in ("stage9_termsblock", "stage10_fewscratch", "stage11_steptrig",
+                                         "stage12_pipeaux") else {}
     bt = s6.terms_block(case, terms.get("tile_elems", s6.TERMS_TILE_ELEMS))
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
             "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N))}

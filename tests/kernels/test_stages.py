@@ -88,7 +88,7 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
                       "stage5_rankloop", "prod", "stage6_statepass", "stage7_streamaux",
                       "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch",
-                      "stage11_steptrig"] == list(LADDER)
+                      "stage11_steptrig", "stage12_pipeaux"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE

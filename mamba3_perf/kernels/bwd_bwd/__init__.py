@@ -12,3 +12,4 @@ from mamba3_perf.kernels.bwd_bwd import stage8_mixprec  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage9_termsblock  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage11_steptrig  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage12_pipeaux  # noqa: F401

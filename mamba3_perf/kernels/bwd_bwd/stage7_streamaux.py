@@ -114,7 +114,7 @@ def folds(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
-               inputs: bool = False) -> None:
+               inputs: bool = False, launch: dict | None = None) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds)."""
@@ -130,7 +130,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        **STREAM_LAUNCH,
+        **(launch or STREAM_LAUNCH),
     )
 
 
@@ -139,18 +139,20 @@ INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
-             inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post) -> None:
+             inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
+             aux_launch: dict | None = None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
     where the aux folds, since stage5's aux reads that scratch); ``pre`` / ``post``: the pre and
-    post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11)."""
+    post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11);
+    ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12)."""
     inputs = inputs and folds(meta)
     names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
     s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
     s.update({n: torch.empty(0, device=x["q"].device) for n in INPUT_OPERANDS if n not in s})
     pre(x, s, meta, inputs=inputs)
-    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs)
+    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch)
     stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
