@@ -198,6 +198,20 @@ def step_scalars(DT, TRAP, DACS, DACSREV, bh, tpos, S):
 
 
 @triton.jit
+def store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                        bh, bhc, c, tc, S, C: tl.constexpr):
+    """The pre kernel's per-step and per-chunk scratch: gamma, trap_scale, exp(da_cs),
+    exp(da_cs_rev) [C]; the masked decay matrix [C(k), C(q)]; the chunk decay."""
+    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
+    tl.store(GAM_S + bh * S + c * C + tc, gamma)
+    tl.store(TS_S + bh * S + c * C + tc, ts)
+    tl.store(ECS_S + bh * S + c * C + tc, ecs)
+    tl.store(EREV_S + bh * S + c * C + tc, erev)
+    tl.store(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :], wt_from_segsum(SEGSUM, bhc, tc, C))
+    tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
+
+
+@triton.jit
 def load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P,
                     R: tl.constexpr, REDUCE_O: tl.constexpr):
     """v rows [CR,BP], PsiV = v*mimo_v[r], Psi rows, dPhiO (reduce-O or per-rank dout)."""

@@ -16,8 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    chunk_frame, load_psiv_dphio, rot_cols, step_scalars,
-    store_rows, wt_from_segsum,
+    chunk_frame, load_psiv_dphio, rot_cols, store_chunk_scalars, store_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -72,14 +71,8 @@ def bwd_bwd_pre_steptrig_kernel(
         _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
         store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
         store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
-    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
-    tl.store(GAM_S + bh * S + c * C + tc, gamma)
-    tl.store(TS_S + bh * S + c * C + tc, ts)
-    tl.store(ECS_S + bh * S + c * C + tc, ecs)
-    tl.store(EREV_S + bh * S + c * C + tc, erev)
-    wt = wt_from_segsum(SEGSUM, bhc, tc, C)  # [C(k), C(q)]
-    tl.store(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :], wt)
-    tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
+    store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                        bh, bhc, c, tc, S, C)
 
 
 @triton.jit

@@ -10,8 +10,8 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd.common import (
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision,
     fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
-    load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, step_scalars, store_rows,
-    store_value_sums, wt_from_segsum, wt_rows,
+    load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, store_chunk_scalars, store_rows,
+    store_value_sums, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -40,14 +40,8 @@ def bwd_bwd_pre_kernel(
         _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
         store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
         store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
-    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
-    tl.store(GAM_S + bh * S + c * C + tc, gamma)
-    tl.store(TS_S + bh * S + c * C + tc, ts)
-    tl.store(ECS_S + bh * S + c * C + tc, ecs)
-    tl.store(EREV_S + bh * S + c * C + tc, erev)
-    wt = wt_from_segsum(SEGSUM, bhc, tc, C)  # [C(k), C(q)]
-    tl.store(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :], wt)
-    tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
+    store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                        bh, bhc, c, tc, S, C)
 
 
 @triton.jit
