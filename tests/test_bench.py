@@ -219,3 +219,19 @@ def test_merge_records_refuses_mixed_devices_and_repeated_cases():
         bench.merge_records([a, b], command="x")
     with pytest.raises(ValueError, match="no records"):
         bench.merge_records([], command="x")
+
+
+def test_sweep_launch_targets_are_the_kernels_launch_dicts():
+    """benchmarks/sweep_launch.py varies the very dicts the launchers read (mutated in place)."""
+    import runpy
+
+    from mamba3_perf.kernels.bwd_bwd import common, stage6_statepass, stage7_streamaux, stage9_termsblock
+
+    mod = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_launch.py"))
+    assert mod["launch_dict"]("chunk") is common.CHUNK_LAUNCH
+    assert mod["launch_dict"]("stream") is stage7_streamaux.STREAM_LAUNCH
+    assert mod["launch_dict"]("terms") is stage9_termsblock.LAUNCH
+    assert mod["launch_dict"]("pass") is stage6_statepass.PASS_LAUNCH
+    assert mod["parse_sweeps"](["stream=4:1,4:3", "pass=4:3"]) == [("stream", [(4, 1), (4, 3)]), ("pass", [(4, 3)])]
+    with pytest.raises(SystemExit, match="TARGET"):
+        mod["parse_sweeps"](["aux=4:1"])

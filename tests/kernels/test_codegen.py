@@ -18,8 +18,8 @@ def _compile(stage, N, P, R, C, kernel):
     return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
 
 
-@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec"])
-@pytest.mark.parametrize("shape", [(64, 64, 4, 16), (128, 64, 1, 64)])
+@pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage12_pipeaux"])
+@pytest.mark.parametrize("shape", [(64, 64, 4, 16), (128, 64, 1, 64), (64, 128, 4, 16)])
 def test_streamed_aux_has_no_n8_tf32_wgmma(stage, shape):
     """Triton 3.6+ reads past the shared operand of a TF32 wgmma with N = 8 (triton#10629):
     on the H200 the 8-warp streamed aux, whose [64, 16] results split into two warpgroups of
@@ -30,6 +30,20 @@ def test_streamed_aux_has_no_n8_tf32_wgmma(stage, shape):
     assert wgmma, "expected Hopper wgmma dots in the aux"
     assert all(n >= 16 for _, n, _ in wgmma), wgmma
     assert aux["shared"] <= 227 * 1024
+
+
+def test_pipelined_aux_buffers_its_loads():
+    """stage12 launches the same aux kernel with 3 pipeline stages at P = 64 and 2 at P = 128,
+    within the H200's 227 KB of shared memory. At P = 64 the next N blocks' loads get buffers of
+    their own (more shared memory than stage11's unpipelined aux); at P = 128 the [C*R, 128]
+    dot operands' buffers already set the kernel's peak (98 KB with Triton 3.6 and 3.9 alike)."""
+    for shape, stages in (((64, 64, 4, 16), 3), ((64, 128, 4, 16), 2)):
+        base = _compile("stage11_steptrig", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
+        piped = _compile("stage12_pipeaux", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
+        assert (base["num_stages"], piped["num_stages"]) == (1, stages)
+        assert base["shared"] <= piped["shared"] <= 227 * 1024, (shape, base["shared"], piped["shared"])
+        if stages == 3:
+            assert piped["shared"] > base["shared"]
 
 
 @pytest.mark.parametrize("shape", [(64, 64, 4, 16), (64, 128, 4, 16)])

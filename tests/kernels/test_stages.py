@@ -99,3 +99,13 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     assert tags["bwd_bwd_state_pass_kernel"] == (Tag.SCAN, "stage6_statepass")
     assert tags["bwd_bwd_state_terms_kernel"] == (Tag.POST, "stage6_statepass")
     assert tags["bwd_bwd_aux_streamed_kernel"] == (Tag.AUX, "stage7_streamaux")
+
+
+def test_pipelined_aux_launch_rule():
+    """stage12: 3 pipeline stages for the streamed aux where P <= 64, 2 at P = 128 (measured:
+    records/h200-sweep-launch-d788887.json), always one warpgroup (triton#10629)."""
+    from mamba3_perf.kernels.bwd_bwd.stage12_pipeaux import aux_launch
+
+    assert aux_launch(get_case("N64_P64_R4_C16")) == dict(num_warps=4, num_stages=3)
+    assert aux_launch(get_case("N128_P32_R4_C16"))["num_stages"] == 3
+    assert aux_launch(get_case("N64_P128_R4_C16")) == dict(num_warps=4, num_stages=2)
