@@ -28,7 +28,9 @@ def progress_bar(total: int, what: str) -> Iterator[Callable[[str], None]]:
 def bench(
     cases: str = typer.Option(..., "--cases", help="case set(s) (official, regular, official-small, "
                                                    "pairwise, tail, all) and/or comma-separated case ids"),
-    stages: str = typer.Option("all", help="all, or a comma list of stages (may include 'tilelang')"),
+    stages: str = typer.Option("all", help="all, or a comma list of stages (may include 'tilelang'; "
+                                           "STAGE@tf32 runs a stage with every dot forced to one "
+                                           "TF32 pass, timed for reference)"),
     backend: str = typer.Option("auto", help="auto | npu | cuda | cpu"),
     out: Path = typer.Option(Path("runs"), help="run store directory"),
     name: Optional[str] = typer.Option(None, help="run name (default bench-<UTC time>)"),

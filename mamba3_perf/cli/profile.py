@@ -21,7 +21,7 @@ def profile(
     chunk: int = typer.Option(16, help="chunk size C (with --shape)"),
     dtype: str = typer.Option("fp16", help="fp16 | bf16 | fp32 (with --shape)"),
     case: Optional[str] = typer.Option(None, help="a named case instead of --shape"),
-    stages: str = typer.Option("all", help="all, or a comma list of stages"),
+    stages: str = typer.Option("all", help="all, or a comma list of stages (STAGE@tf32: every dot one TF32 pass)"),
     backend: str = typer.Option("auto", help="auto | npu | cuda | cpu"),
     out: Path = typer.Option(Path("runs"), help="run store directory"),
     name: Optional[str] = typer.Option(None, help="run name (default profile-<case>-<UTC time>)"),
