@@ -488,14 +488,27 @@ def wt_rows(WT, bhc, ti, C: tl.constexpr):
 
 
 @triton.jit
+def load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R: tl.constexpr):
+    """q or k ([B,S,R,G,N]) plus its bias ([H,R,N]) at steps ``tt``, ranks ``rr`` and columns
+    ``cc``, index tensors that broadcast to the tile's shape; fp32, 0 where cc >= N."""
+    m = cc < N
+    row = ((b * S + tt) * R + rr) * G + hq
+    x = tl.load(X + row * N + cc, mask=m, other=0.0).to(tl.float32)
+    return x + tl.load(BIAS + (h * R + rr) * N + cc, mask=m, other=0.0)
+
+
+@triton.jit
 def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr):
     """q or k plus its bias on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32: the
     pre-rotation operand the pre kernel otherwise stores as QB / KB (same arithmetic)."""
-    mc = cols < N
-    row = ((b * S + tpos[:, None]) * R + ri[:, None]) * G + hq
-    x = tl.load(X + row * N + cols[None, :], mask=mc[None, :], other=0.0).to(tl.float32)
-    x += tl.load(BIAS + (h * R + ri[:, None]) * N + cols[None, :], mask=mc[None, :], other=0.0)
-    return x
+    return load_biased(X, BIAS, b, h, hq, tpos[:, None], ri[:, None], cols[None, :], S, G, N, R)
+
+
+@triton.jit
+def angle_grad_pair(d1, d2, x1, x2, cj, sj):
+    """d(loss)/d(angle j) through the rotation of the column pair (j, j + N/2): pre-rotation
+    values x1, x2, their rotated-domain gradients d1, d2, cos / sin of the angle."""
+    return d1 * (-sj * x1 - cj * x2) + d2 * (-sj * x2 + cj * x1)
 
 
 @triton.jit

@@ -11,7 +11,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, load_angles_cs,
+    AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, angle_grad_pair, blocks, chunk_frame,
+    load_angles_cs,
     load_biased_rows, load_rows, rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -28,8 +29,8 @@ def _rows_at(X, bhc, i, cols, mask, ncols, CR: tl.constexpr):
 def _angle_grad(x1, x2, DX_S, bhc, i, j, jp, mj, cj, sj, N, CR: tl.constexpr):
     """d(loss)/d(angle j) per row through the rotation of x (pre-rotation columns x1 = x[:, j],
     x2 = x[:, jp], jp = j + N/2)."""
-    return (_rows_at(DX_S, bhc, i, j, mj, N, CR) * (-sj * x1 - cj * x2)
-            + _rows_at(DX_S, bhc, i, jp, mj, N, CR) * (-sj * x2 + cj * x1))
+    return angle_grad_pair(_rows_at(DX_S, bhc, i, j, mj, N, CR), _rows_at(DX_S, bhc, i, jp, mj, N, CR),
+                           x1, x2, cj, sj)
 
 
 @triton.jit

@@ -16,7 +16,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    chunk_frame, load_psiv_dphio, rot_cols, store_chunk_scalars, store_rows,
+    angle_grad_pair, chunk_frame, load_biased, load_psiv_dphio, rot_cols, store_chunk_scalars,
+    store_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -25,15 +26,6 @@ from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_st
 def _store_cube(X, val, bhc, t3, r3, n3, mask, N, R: tl.constexpr, CR: tl.constexpr):
     """A [C, R, BN] tile to fused rows t R + r of a [B,H,nc,C*R,N] scratch buffer."""
     tl.store(X + (bhc * CR + t3 * R + r3) * N + n3, val, mask=mask)
-
-
-@triton.jit
-def _qk_cube(X, BIAS, b, h, hq, tt, r3, cols, S, G, N, R: tl.constexpr):
-    """q or k plus its bias at steps tt [C,1,1], ranks r3 [1,R,1], columns cols [1,1,BN], fp32."""
-    m = cols < N
-    row = ((b * S + tt) * R + r3) * G + hq
-    x = tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32)
-    return x + tl.load(BIAS + (h * R + r3) * N + cols, mask=m, other=0.0)
 
 
 @triton.jit
@@ -52,21 +44,22 @@ def bwd_bwd_pre_steptrig_kernel(
     n3 = n[None, None, :]
     pt3 = partner[None, None, :]
     r3 = tl.arange(0, R)[None, :, None]
-    tt = c * C + tc[:, None, None]
+    t3 = tc[:, None, None]
+    tt = c * C + t3
     mn3 = n3 < N
     a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
                 mask=(rot & (n < N))[None, None, :], other=0.0)  # [C, 1, BN]
     cs = tl.cos(a)
     sn = sgn[None, None, :] * tl.sin(a)
-    qb = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    qr = cs * qb + sn * _qk_cube(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-    _store_cube(QR_S, qr, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
-    kb = _qk_cube(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    kr = cs * kb + sn * _qk_cube(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-    _store_cube(KR_S, kr, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+    qb = load_biased(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
+    qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+    _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
+    kb = load_biased(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
+    kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+    _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)
     if not INPUTS:
-        _store_cube(QB_S, qb, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
-        _store_cube(KB_S, kb, bhc, tc[:, None, None], r3, n3, mn3, N, R, CR)
+        _store_cube(QB_S, qb, bhc, t3, r3, n3, mn3, N, R, CR)
+        _store_cube(KB_S, kb, bhc, t3, r3, n3, mn3, N, R, CR)
         p = tl.arange(0, BP)
         _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
         store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
@@ -79,9 +72,8 @@ def bwd_bwd_pre_steptrig_kernel(
 def _angle_grad_cube(DX_S, rows3, j, jp, mj, x1, x2, cj, sj):
     """d(loss)/d(angle j) per (step, rank) through the rotation of x (pre-rotation columns
     x1 = x[.., j], x2 = x[.., jp], jp = j + N/2; dX rotated-domain gradient rows in scratch)."""
-    d1 = tl.load(DX_S + rows3 + j, mask=mj, other=0.0)
-    d2 = tl.load(DX_S + rows3 + jp, mask=mj, other=0.0)
-    return d1 * (-sj * x1 - cj * x2) + d2 * (-sj * x2 + cj * x1)
+    return angle_grad_pair(tl.load(DX_S + rows3 + j, mask=mj, other=0.0),
+                           tl.load(DX_S + rows3 + jp, mask=mj, other=0.0), x1, x2, cj, sj)
 
 
 @triton.jit
@@ -126,10 +118,10 @@ def bwd_bwd_post_steptrig_kernel(
     sj = tl.sin(aj)
     if INPUTS:
         hq = h // (H // G)
-        q1 = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, j, S, G, N, R)
-        q2 = _qk_cube(Q, QBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
-        k1 = _qk_cube(K, KBIAS, b, h, hq, tt, r3, j, S, G, N, R)
-        k2 = _qk_cube(K, KBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
+        q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j, S, G, N, R)
+        q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
+        k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j, S, G, N, R)
+        k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
     else:
         q1 = tl.load(QB_S + rows3 + j, mask=mj, other=0.0)
         q2 = tl.load(QB_S + rows3 + jp, mask=mj, other=0.0)
