@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from mamba3_perf.analysis.ladder import LADDER
 from mamba3_perf.analysis.limits import DeviceSpec
 from mamba3_perf.errors import StageError
 from mamba3_perf.kernels.cases import Case
@@ -131,8 +132,8 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     from mamba3_perf.kernels.bwd_bwd.stage9_termsblock import terms_choice
 
     tn, tp = s6.pass_tiles(case)
-    terms = terms_choice(case) if stage in ("stage9_termsblock", "stage10_fewscratch", "stage11_steptrig",
-                                         "stage12_pipeaux") else {}
+    narrow_terms = stage in LADDER and LADDER.index(stage) >= LADDER.index("stage9_termsblock")
+    terms = terms_choice(case) if narrow_terms else {}
     bt = s6.terms_block(case, terms.get("tile_elems", s6.TERMS_TILE_ELEMS))
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
             "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N))}
