@@ -144,15 +144,14 @@ def bwd_bwd_post_steptrig_kernel(
 
 
 def run_with(x: dict, out: dict, meta, *, col_block: int | None = None, **kw) -> None:
-    """stage10's pipeline with this stage's pre and post kernels; ``col_block``: those two on
-    a (chunks, column blocks) grid, this many columns per program (stage13; default all N in
-    one); ``kw``: more stage7_streamaux.run_with keywords (stage12)."""
+    """stage10's pipeline with this stage's pre and post kernels; ``col_block``: the pre kernel
+    on a (chunks, column blocks) grid, this many columns per program (stage13; default all N
+    in one); ``kw``: more stage7_streamaux.run_with keywords (stage12)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
                               inputs=stage10_fewscratch.reads_inputs(meta),
                               pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
                                                     col_block=col_block),
-                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel,
-                                                     col_block=col_block),
+                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel),
                               **kw)
 
 
