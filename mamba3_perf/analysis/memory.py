@@ -115,9 +115,6 @@ STAGE_BUFFERS["stage10_fewscratch"] = STAGE_BUFFERS["stage9_termsblock"]
 STAGE_BUFFERS["stage11_steptrig"] = STAGE_BUFFERS["stage10_fewscratch"]
 # stage12 changes the aux's launch options only
 STAGE_BUFFERS["stage12_pipeaux"] = STAGE_BUFFERS["stage11_steptrig"]
-# stage13 splits the rotary pre / post kernels' columns over programs (parts this model leaves
-# out from stage6 on: their programs hold less than the aux); the rest is stage12's
-STAGE_BUFFERS["stage13_colblock"] = STAGE_BUFFERS["stage12_pipeaux"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

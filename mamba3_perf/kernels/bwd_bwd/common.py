@@ -103,13 +103,7 @@ def scalar_ptr_or_dummy(t, like: torch.Tensor):
 def rot_cols(N, RD, BN: tl.constexpr):
     """Per column n of a [*, BN] q/k tile: partner column (n +- N/2), sign of the partner term,
     angle index, and whether the column is rotated (rotate-half on [0,RD) and [N/2, N/2+RD))."""
-    return rot_cols_at(tl.arange(0, BN), N, RD)
-
-
-@triton.jit
-def rot_cols_at(n, N, RD):
-    """:func:`rot_cols` for the columns ``n`` (any block of them): (n, partner, sign, angle
-    index, rotated)."""
+    n = tl.arange(0, BN)
     half = N // 2
     first = n < RD
     second = (n >= half) & (n < half + RD)

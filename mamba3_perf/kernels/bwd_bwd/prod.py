@@ -13,7 +13,7 @@ from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_ranklo
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, angle_grad_pair, blocks, chunk_frame,
     load_angles_cs,
-    load_biased_rows, load_rows, pow2, rot_cols, rows_to_time,
+    load_biased_rows, load_rows, rot_cols, rows_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -84,22 +84,16 @@ def bwd_bwd_post_kernel(
              rows_to_time(g, C, R, BRD), mask=mj[None, :])
 
 
-def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None,
-                col_block: int | None = None) -> None:
+def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None) -> None:
     """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10);
-    ``kernel``: another post kernel of the same signature (stage11); ``col_block``: a kernel
-    that takes column blocks (stage11's) on a (chunks, column blocks) grid, this many dQ / dK
-    columns and a share of the angles each (stage13)."""
+    ``kernel``: another post kernel of the same signature (stage11)."""
     bk = blocks(meta)
-    bn = col_block or bk["BN"]
-    ncb = triton.cdiv(meta.N, bn)
-    (kernel or bwd_bwd_post_kernel)[(meta.B * meta.H * meta.nchunks, ncb)](
+    (kernel or bwd_bwd_post_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         x["q"], x["k"], x["q_bias"], x["k_bias"],
         meta.S, meta.H, meta.G, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bn, BRD=bk["BRD"] if ncb == 1 else pow2(triton.cdiv(meta.RD, ncb), lo=1),
-        INPUTS=inputs, **CHUNK_LAUNCH,
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **CHUNK_LAUNCH,
     )
 
 

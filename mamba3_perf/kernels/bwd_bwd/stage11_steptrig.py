@@ -16,7 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, load_biased, load_psiv_dphio, rot_cols_at, store_chunk_scalars,
+    angle_grad_pair, chunk_frame, load_biased, load_psiv_dphio, rot_cols, store_chunk_scalars,
     store_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -36,14 +36,11 @@ def bwd_bwd_pre_steptrig_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr,
 ):
-    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]);
-    program (chunk, cb) of a (B*H*nc, cdiv(N, BN)) grid rotates columns [cb BN, cb BN + BN)
-    (stage13), and column block 0 also stores the chunk's scalars (and PsiV, dPhiO)."""
+    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN])."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
-    cb = tl.program_id(1)
-    n, partner, sgn, jn, rot = rot_cols_at(cb * BN + tl.arange(0, BN), N, RD)
+    n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     n3 = n[None, None, :]
     pt3 = partner[None, None, :]
     r3 = tl.arange(0, R)[None, :, None]
@@ -63,15 +60,12 @@ def bwd_bwd_pre_steptrig_kernel(
     if not INPUTS:
         _store_cube(QB_S, qb, bhc, t3, r3, n3, mn3, N, R, CR)
         _store_cube(KB_S, kb, bhc, t3, r3, n3, mn3, N, R, CR)
-    if cb == 0:
-        if not INPUTS:
-            p = tl.arange(0, BP)
-            _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R,
-                                                    REDUCE_O)
-            store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
-            store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
-        store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
-                            bh, bhc, c, tc, S, C)
+        p = tl.arange(0, BP)
+        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+        store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
+        store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+    store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                        bh, bhc, c, tc, S, C)
 
 
 @triton.jit
@@ -91,13 +85,10 @@ def bwd_bwd_post_steptrig_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
-    over the ranks; DANGLES sums the ranks of a [C, R, BRD] tile. Program (chunk, cb) of a
-    (B*H*nc, cdiv(N, BN)) grid: dQ, dK columns [cb BN, cb BN + BN) and DANGLES angles
-    [cb BRD, cb BRD + BRD) (stage13)."""
+    over the ranks; DANGLES sums the ranks of a [C, R, RD] tile."""
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
-    cb = tl.program_id(1)
-    n, partner, sgn, jn, rot = rot_cols_at(cb * BN + tl.arange(0, BN), N, RD)
+    n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     n3 = n[None, None, :]
     t3 = tc[:, None, None]
     r3 = tl.arange(0, R)[None, :, None]
@@ -119,7 +110,7 @@ def bwd_bwd_post_steptrig_kernel(
           + tl.load(DKD_S + rows3 + n3, mask=mn3, other=0.0))
     tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
     # DANGLES per angle j: both columns it rotates, j and j + N/2
-    j = cb * BRD + tl.arange(0, BRD)[None, None, :]
+    j = tl.arange(0, BRD)[None, None, :]
     mj = j < RD
     jp = j + N // 2
     aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)  # [C, 1, BRD]
@@ -138,19 +129,17 @@ def bwd_bwd_post_steptrig_kernel(
         k2 = tl.load(KB_S + rows3 + jp, mask=mj, other=0.0)
     g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
          + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
-    j2 = cb * BRD + tl.arange(0, BRD)[None, :]
+    j2 = tl.arange(0, BRD)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1),
              mask=j2 < RD)
 
 
-def run_with(x: dict, out: dict, meta, *, col_block: int | None = None, **kw) -> None:
-    """stage10's pipeline with this stage's pre and post kernels; ``col_block``: the pre kernel
-    on a (chunks, column blocks) grid, this many columns per program (stage13; default all N
-    in one); ``kw``: more stage7_streamaux.run_with keywords (stage12)."""
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage10's pipeline with this stage's pre and post kernels; ``kw``: more
+    stage7_streamaux.run_with keywords (stage12)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
                               inputs=stage10_fewscratch.reads_inputs(meta),
-                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
-                                                    col_block=col_block),
+                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel),
                               post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel),
                               **kw)
 

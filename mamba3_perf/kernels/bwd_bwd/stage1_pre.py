@@ -106,20 +106,16 @@ def scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in PRE_SCRATCH)
 
 
-def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None,
-               col_block: int | None = None) -> None:
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
-    ``kernel``: another pre kernel of the same signature (stage11); ``col_block``: a kernel
-    that takes column blocks (stage11's) on a (chunks, column blocks) grid, this many columns
-    each (stage13)."""
+    ``kernel``: another pre kernel of the same signature (stage11)."""
     bk = blocks(meta)
-    bn = col_block or bk["BN"]
-    (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks, triton.cdiv(meta.N, bn))](
+    (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
-        C=meta.C, R=meta.R, BN=bn, BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
+        C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
         **CHUNK_LAUNCH,
     )
 
