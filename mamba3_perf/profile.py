@@ -212,12 +212,15 @@ def collect_ncu(case: Case, variants: Sequence[str], trace_dir: Path,
 def merge_metrics(events: pd.DataFrame, hw: pd.DataFrame) -> pd.DataFrame:
     """Fill the events' metric columns from ``hw`` rows of the same variant and kernel_name
     (duration-weighted mean over hw's launches); existing values are kept."""
-    from mamba3_perf.traces.schema import METRIC_COLUMNS
+    from mamba3_perf.traces.schema import COUNT_COLUMNS, METRIC_COLUMNS
 
     if hw.empty or events.empty:
         return events
-    cols = [c for c in (*METRIC_COLUMNS, "dram_bytes") if c in hw.columns and hw[c].notna().any()]
+    cols = [c for c in (*METRIC_COLUMNS, *COUNT_COLUMNS) if c in hw.columns and hw[c].notna().any()]
     out = events.copy()
+    for c in cols:
+        if c not in out.columns:
+            out[c] = np.nan
     for (variant, kname), g in hw.groupby(["variant", "kernel_name"], dropna=False):
         w = g["dur_us"].to_numpy(float)
         hit = (out["variant"] == variant) & (out["kernel_name"] == kname)

@@ -163,9 +163,10 @@ def test_merge_metrics_duration_weighted():
     ev = pd.DataFrame({"variant": ["s", "s", "t"], "kernel_name": ["k", "h", "k"],
                        "dur_us": [1.0, 1.0, 1.0], "tensor_pipe_pct": [float("nan")] * 3})
     hw = pd.DataFrame({"variant": ["s", "s"], "kernel_name": ["k", "k"], "dur_us": [1.0, 3.0],
-                       "tensor_pipe_pct": [10.0, 50.0]})
+                       "tensor_pipe_pct": [10.0, 50.0], "instructions": [100.0, 100.0]})
     out = profile.merge_metrics(ev, hw)
     assert out["tensor_pipe_pct"].tolist()[0] == 40.0 and out["tensor_pipe_pct"].isna().tolist()[1:] == [True, True]
+    assert out["instructions"].tolist()[0] == 100.0 and out["instructions"].isna().tolist()[1:] == [True, True]
 
 
 def test_ncu_command_names_the_parsers_metrics():
@@ -173,6 +174,7 @@ def test_ncu_command_names_the_parsers_metrics():
     assert cmd[:6] == ["ncu", "--csv", "--page", "raw", "--clock-control", "none"]
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert "gpu__time_duration.sum" in metrics and "dram__bytes_read.sum" in metrics
+    assert "smsp__inst_executed.sum" in metrics  # the instructions column
     assert cmd[-4:-2] == ["--case-json", cmd[-3]] and cmd[-1] == "stage0"
 
 

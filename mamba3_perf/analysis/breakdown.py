@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mamba3_perf.traces.schema import METRIC_COLUMNS
+from mamba3_perf.traces.schema import COUNT_COLUMNS, METRIC_COLUMNS
 
 TAG_ORDER = ("pre", "aux", "scan", "post", "fused", "host", "other")
 BASE_COLUMNS = ("total_us", "share", "count")
@@ -25,13 +25,18 @@ def _weighted_means(g: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _sums(g: pd.DataFrame) -> dict[str, float]:
+    return {m: float(g[m].sum(min_count=1)) if m in g.columns else np.nan for m in COUNT_COLUMNS}
+
+
 def stage_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     """Per stage_tag (per variant, and per region for region rows): time, share, count, metrics.
 
     Columns: ``[variant,] stage_tag, [region,] total_us`` (sum of ``dur_us``), ``share``
-    (of the variant's total), ``count`` (executions: ``calls`` where given, else rows), then
-    every metric column of the schema as a duration-weighted mean over the rows that have it
-    (NaN where none do). ``variant`` / ``region`` keys appear only when the input has them.
+    (of the variant's total), ``count`` (executions: ``calls`` where given, else rows), the
+    schema's hardware counts (DRAM bytes, executed instructions) summed over the rows that have
+    them, then every metric column of the schema as a duration-weighted mean over the rows that
+    have it (NaN where none do). ``variant`` / ``region`` keys appear only when the input has them.
     A frame mixing whole-kernel rows and region rows is refused (ValueError): adding them
     would count the kernel twice.
     """
@@ -41,7 +46,7 @@ def stage_breakdown(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("stage_breakdown: frame mixes whole-kernel rows and region rows; "
                          "filter one kind first (df[df.region.isna()] or df[df.region.notna()])")
     keys = (["variant"] if has_variant else []) + ["stage_tag"] + (["region"] if has_region else [])
-    columns = keys + list(BASE_COLUMNS) + list(METRIC_COLUMNS)
+    columns = keys + list(BASE_COLUMNS) + list(COUNT_COLUMNS) + list(METRIC_COLUMNS)
     if df.empty:
         dtypes = {**{k: "string" for k in keys}, "count": "int64"}
         return pd.DataFrame({c: pd.Series([], dtype=dtypes.get(c, "float64")) for c in columns})
@@ -51,7 +56,7 @@ def stage_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     for key, g in work.groupby(keys, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         rows.append({**dict(zip(keys, key)), "total_us": float(g["dur_us"].sum()),
-                     "count": int(g["_n"].sum()), **_weighted_means(g)})
+                     "count": int(g["_n"].sum()), **_sums(g), **_weighted_means(g)})
     out = pd.DataFrame(rows)
     scope = out["variant"].fillna("") if has_variant else pd.Series("", index=out.index)
     totals = out.groupby(scope)["total_us"].transform("sum")

@@ -6,7 +6,8 @@ Both CSV shapes go through one long table ``(launch id, metric, unit, value)``:
 - ``--page details`` / ``--metrics`` (long): one row per (launch, section, metric).
 :data:`METRICS` maps both raw metric names and the details page's display names to schema
 columns; :data:`SUMMED` columns add several metrics (DRAM read + write bytes, static +
-dynamic shared memory). Values lose their thousands separators and are scaled by their unit
+dynamic shared memory), :data:`MULTIPLIED` ones multiply them (executed instructions from a
+details page's IPC, active cycles and SM count). Values lose their thousands separators and are scaled by their unit
 (time to µs, bytes to B; ncu's SI prefixes).
 
 ncu serializes launches and gives no timestamps: ``start_us`` lays launches end to end in
@@ -45,12 +46,18 @@ METRICS: dict[str, str] = {
     "Registers Per Thread": "registers_per_thread",
     "launch__grid_size": "block_dim",
     "Grid Size": "block_dim",
+    "smsp__inst_executed.sum": "instructions",
 }
 # schema column -> metrics added together (those present)
 SUMMED: dict[str, tuple[str, ...]] = {
     "dram_bytes": ("dram__bytes_read.sum", "dram__bytes_write.sum"),
     "smem_bytes": ("launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
                    "Static Shared Memory Per Block", "Dynamic Shared Memory Per Block"),
+}
+# schema column -> metrics multiplied together, where the column has no metric of its own and
+# every factor is present (a details page has no instruction count, but its rate and cycles)
+MULTIPLIED: dict[str, tuple[str, ...]] = {
+    "instructions": ("Executed Ipc Active", "SM Active Cycles", "# SMs"),
 }
 UNIT_EXP10: dict[str, int] = {  # value * 10**exp: times to µs, sizes to bytes
     "ns": -3, "nsecond": -3, "us": 0, "usecond": 0, "ms": 3, "msecond": 3, "s": 6, "second": 6,
@@ -126,7 +133,7 @@ def parse_ncu(path: str | Path) -> pd.DataFrame:
             except ValueError:
                 raise ParseError(f"{path}: launch {rec['id']}: {rec['metric']} = {rec['value']!r} "
                                  "is not a number") from None
-        for col, names in SUMMED.items():
+        for col, names in (*SUMMED.items(), *MULTIPLIED.items()):
             if rec["metric"] in names:
                 values.setdefault(f"_{col}", {}).setdefault(rec["metric"], _value(rec))
     out = []
@@ -139,6 +146,10 @@ def parse_ncu(path: str | Path) -> pd.DataFrame:
             parts = values.pop(f"_{col}", None)
             if parts:
                 values[col] = sum(parts.values())
+        for col, names in MULTIPLIED.items():
+            parts = values.pop(f"_{col}", None)
+            if col not in values and parts and len(parts) == len(names):
+                values[col] = math.prod(parts.values())
         grid = _dims(idc.get("Grid Size"))
         if "block_dim" not in values and grid:
             values["block_dim"] = math.prod(int(d) for d in grid.split(","))

@@ -76,6 +76,7 @@ KERNEL_EVENTS: tuple[Column, ...] = (
     Column("dram_throughput_pct", "float64", "%", False, "dram__throughput.avg.pct_of_peak_sustained_elapsed (MTE2 analogue)"),
     Column("warps_active_pct", "float64", "%", False, "sm__warps_active.avg.pct_of_peak_sustained_active (occupancy)"),
     Column("dram_bytes", "float64", "B", False, "dram__bytes_read.sum + dram__bytes_write.sum"),
+    Column("instructions", "float64", "inst", False, "executed warp instructions of the launch: smsp__inst_executed.sum, or on an ncu details page Executed Ipc Active x SM Active Cycles x # SMs (the same count: per-SM rate x average active cycles x SMs)"),
 )
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in KERNEL_EVENTS)
@@ -83,6 +84,8 @@ REQUIRED: tuple[str, ...] = tuple(c.name for c in KERNEL_EVENTS if c.required)
 METRIC_COLUMNS: tuple[str, ...] = tuple(
     c.name for c in KERNEL_EVENTS if c.unit in ("ratio", "%")
 )
+# per-launch hardware counts (not rates): summed over launches, not averaged
+COUNT_COLUMNS: tuple[str, ...] = ("dram_bytes", "instructions")
 _BY_NAME = {c.name: c for c in KERNEL_EVENTS}
 
 

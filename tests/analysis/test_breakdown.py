@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from mamba3_perf.analysis.breakdown import stage_breakdown
-from mamba3_perf.traces.schema import METRIC_COLUMNS, conform, empty
+from mamba3_perf.traces.schema import COUNT_COLUMNS, METRIC_COLUMNS, conform, empty
 
 
 def _events(rows):
@@ -18,8 +18,8 @@ def _events(rows):
 
 def test_time_share_count_and_weighted_metrics():
     df = _events([
-        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 30.0, "aic_mac_ratio": 0.2},
-        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 10.0, "aic_mac_ratio": 0.6},
+        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 30.0, "aic_mac_ratio": 0.2, "instructions": 7.0},
+        {"kernel_name": "a", "stage_tag": "scan", "dur_us": 10.0, "aic_mac_ratio": 0.6, "instructions": 5.0},
         {"kernel_name": "b", "stage_tag": "pre", "dur_us": 10.0},
         {"kernel_name": "c", "stage_tag": "host", "dur_us": 50.0, "aic_mac_ratio": 0.9, "calls": 4},
     ])
@@ -30,6 +30,7 @@ def test_time_share_count_and_weighted_metrics():
     assert out["count"].tolist() == [1, 2, 4]  # calls where given
     assert out.aic_mac_ratio[1] == pytest.approx((30 * 0.2 + 10 * 0.6) / 40)  # 0.3
     assert np.isnan(out.aic_mac_ratio[0])
+    assert out.instructions[1] == 12.0 and out.instructions.isna().tolist() == [True, False, True]  # counts add up
     assert list(out.columns[-len(METRIC_COLUMNS):]) == list(METRIC_COLUMNS)
 
 
@@ -47,7 +48,7 @@ def test_per_variant_shares_sum_to_one_each():
 def test_empty_input_keeps_columns():
     out = stage_breakdown(empty())
     assert len(out) == 0
-    assert list(out.columns) == ["stage_tag", "total_us", "share", "count", *METRIC_COLUMNS]
+    assert list(out.columns) == ["stage_tag", "total_us", "share", "count", *COUNT_COLUMNS, *METRIC_COLUMNS]
 
 
 def test_mixing_kernel_and_region_rows_is_refused():

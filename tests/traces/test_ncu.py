@@ -38,6 +38,33 @@ def test_details_page_display_names():
     assert r.tensor_pipe_pct != r.tensor_pipe_pct  # not on the details page: NaN
 
 
+def test_instructions_from_a_details_page():
+    """Executed warp instructions = Executed Ipc Active x SM Active Cycles x # SMs on a details
+    page (records/ncu-N128_P64_R4_C16: TileLang 1.58 x 1,675,976.39 x 132; stage12's state pass
+    2.01 x 1,205,532.67 x 132); a page without the IPC (the fixture) leaves it NaN."""
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16"
+    tl = parse_ncu(rec / "tilelang-details.csv").iloc[0]
+    assert tl.instructions == pytest.approx(1.58 * 1675976.39 * 132)
+    s12 = parse_ncu(rec / "stage12_pipeaux-details.csv").set_index("kernel_name")
+    assert s12.loc["bwd_bwd_state_pass_kernel", "instructions"] == pytest.approx(2.01 * 1205532.67 * 132)
+    assert s12["instructions"].notna().all() and len(s12) == 6
+    assert load(H200 / "ncu_details.csv")["instructions"].isna().all()
+
+
+def test_instructions_metric_wins_over_the_product(tmp_path):
+    head = '"ID","Kernel Name","Stream","Metric Name","Metric Unit","Metric Value"\n'
+    rows = ['"0","k","7","gpu__time_duration.sum","usecond","2"',
+            '"0","k","7","Executed Ipc Active","inst/cycle","2"',
+            '"0","k","7","SM Active Cycles","cycle","10"',
+            '"0","k","7","# SMs","SM","132"',
+            '"0","k","7","smsp__inst_executed.sum","inst","1,234"']
+    f = tmp_path / "ncu.csv"
+    f.write_text(head + "\n".join(rows) + "\n")
+    assert parse_ncu(f).instructions.tolist() == [1234.0]
+    f.write_text(head + "\n".join(rows[:-1]) + "\n")
+    assert parse_ncu(f).instructions.tolist() == [2 * 10 * 132.0]
+
+
 def test_several_launches_serialized_in_id_order(tmp_path):
     head = '"ID","Kernel Name","Stream","Metric Name","Metric Unit","Metric Value"\n'
     f = tmp_path / "ncu.csv"
