@@ -6,7 +6,8 @@ A target is one launch-options dict the kernels read at launch (:data:`TARGETS`)
 (common.CHUNK_LAUNCH: the pre and post kernels), ``stream`` (the streamed aux), ``terms``
 (stage9's narrow state_terms), ``pass`` (the state pass). Each ``--sweep`` varies one target
 while the others keep their defaults; the default pair, if listed, is measured in the same
-process as the others.
+process as the others. Sweep ``stream`` on stage7-stage11: stage12 sets the streamed aux's
+num_stages itself (stage12_pipeaux.aux_launch), so there only num_warps would vary.
 
     python benchmarks/sweep_launch.py --cases N64_P64_R4_C16 --stage stage10_fewscratch \
         --sweep stream=4:1,4:2,4:3 --sweep pass=4:3,4:1,8:3 --json sweep.json
@@ -20,6 +21,7 @@ dot tiles split into N = 8 per warpgroup there, which Triton 3.6 miscompiles for
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import tempfile
@@ -47,6 +49,19 @@ def parse_sweeps(specs: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
 def launch_dict(target: str) -> dict:
     module, name = TARGETS[target]
     return getattr(importlib.import_module(module), name)
+
+
+@contextlib.contextmanager
+def launch_options(target: str, warps: int, stages: int):
+    """``target``'s launch dict set to (warps, stages) inside, restored on the way out."""
+    d = launch_dict(target)
+    saved = dict(d)
+    d.update(num_warps=warps, num_stages=stages)
+    try:
+        yield
+    finally:
+        d.clear()
+        d.update(saved)
 
 
 def measure(fn, case, stage, x, golden, ref, device, bk) -> dict:
@@ -89,13 +104,9 @@ def main(argv: list[str] | None = None) -> None:
 
         for case in cases:
             for target, configs in sweeps:
-                d = launch_dict(target)
-                default = dict(d)
                 for warps, stages in configs:
-                    d.update(num_warps=warps, num_stages=stages)
-                    warm_cache(a.stage, case, log=lambda s: print(f"{target} {warps}:{stages} {s}", flush=True))
-                d.clear()
-                d.update(default)
+                    with launch_options(target, warps, stages):
+                        warm_cache(a.stage, case, log=lambda s: print(f"{target} {warps}:{stages} {s}", flush=True))
         return
 
     from mamba3_perf import backend as be
@@ -111,21 +122,17 @@ def main(argv: list[str] | None = None) -> None:
         golden, ref = oracles(x, case)
         fn = bench.variant_runner(a.stage, case, x)
         for target, configs in sweeps:
-            d = launch_dict(target)
             for warps, stages in configs:
-                d.clear()
-                d.update(defaults[target], num_warps=warps, num_stages=stages)
                 row = {"case_id": case.id, "stage": a.stage, "target": target, "num_warps": warps,
                        "num_stages": stages}
                 try:
-                    row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
+                    with launch_options(target, warps, stages):
+                        row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
                 except Exception as e:  # a config that does not compile or launch is a result
                     row.update(status="not runnable", reason=bench.first_line(e))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 bench._free(bk.device)
-            d.clear()
-            d.update(defaults[target])
         del x, golden, ref
         bench._free(bk.device)
     rec = {"meta": {**collect_environment(), "command": "python benchmarks/sweep_launch.py "

@@ -237,3 +237,9 @@ def test_sweep_launch_targets_are_the_kernels_launch_dicts():
     assert mod["parse_sweeps"](["stream=4:1,4:3", "pass=4:3"]) == [("stream", [(4, 1), (4, 3)]), ("pass", [(4, 3)])]
     with pytest.raises(SystemExit, match="TARGET"):
         mod["parse_sweeps"](["aux=4:1"])
+    before = dict(stage7_streamaux.STREAM_LAUNCH)
+    with pytest.raises(RuntimeError):  # a configuration that fails still gives the defaults back
+        with mod["launch_options"]("stream", 8, 2):
+            assert stage7_streamaux.STREAM_LAUNCH == dict(before, num_warps=8, num_stages=2)
+            raise RuntimeError("does not launch")
+    assert stage7_streamaux.STREAM_LAUNCH == before

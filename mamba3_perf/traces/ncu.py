@@ -7,8 +7,8 @@ Both CSV shapes go through one long table ``(launch id, metric, unit, value)``:
 :data:`METRICS` maps both raw metric names and the details page's display names to schema
 columns; :data:`SUMMED` columns add several metrics (DRAM read + write bytes, static +
 dynamic shared memory), :data:`MULTIPLIED` ones multiply them (executed instructions from a
-details page's IPC, active cycles and SM count). Values lose their thousands separators and are scaled by their unit
-(time to µs, bytes to B; ncu's SI prefixes).
+details page's IPC, active cycles and SM count). Values lose their thousands separators and are
+scaled by their unit (time to µs, bytes to B; ncu's SI prefixes).
 
 ncu serializes launches and gives no timestamps: ``start_us`` lays launches end to end in
 launch-id order (``start_kind`` = ``serialized``).
