@@ -115,8 +115,6 @@ STAGE_BUFFERS["stage10_fewscratch"] = STAGE_BUFFERS["stage9_termsblock"]
 STAGE_BUFFERS["stage11_steptrig"] = STAGE_BUFFERS["stage10_fewscratch"]
 # stage12 changes the aux's launch options only
 STAGE_BUFFERS["stage12_pipeaux"] = STAGE_BUFFERS["stage11_steptrig"]
-# stage13 keeps the increments in DST, the buffer the dstates go to
-STAGE_BUFFERS["stage13_incscan"] = STAGE_BUFFERS["stage12_pipeaux"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

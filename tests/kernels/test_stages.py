@@ -72,11 +72,11 @@ def test_nblock_scan_any_n(stage, N, P):
 
 
 @pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch",
-                                   "stage11_steptrig", "stage13_incscan"])
+                                   "stage11_steptrig"])
 @pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
 def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
     """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,
-    beyond AUX_MAX_ROWS, where stage7/8 keep stage5's aux (and stage13 stage12's state pass)."""
+    beyond AUX_MAX_ROWS, where stage7/8 keep stage5's aux."""
     c = get_case("pw-1").with_(N=N, R=R, C=C, S=2 * C, id=f"aux-N{N}-R{R}-C{C}")
     rows = check_stage(stage, c, device=DEVICE)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
@@ -88,7 +88,7 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
                       "stage5_rankloop", "prod", "stage6_statepass", "stage7_streamaux",
                       "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch",
-                      "stage11_steptrig", "stage12_pipeaux", "stage13_incscan"] == list(LADDER)
+                      "stage11_steptrig", "stage12_pipeaux"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE
@@ -109,36 +109,3 @@ def test_pipelined_aux_launch_rule():
     assert aux_launch(get_case("N64_P64_R4_C16")) == dict(num_warps=4, num_stages=3)
     assert aux_launch(get_case("N128_P32_R4_C16"))["num_stages"] == 3
     assert aux_launch(get_case("N64_P128_R4_C16")) == dict(num_warps=4, num_stages=2)
-
-
-def test_state_scan_turns_increments_into_dstates_in_place():
-    """stage13's scan: DST[c] holds chunk c's increment and becomes the dstates chunk c sees,
-    run = 0 at the last chunk, run <- run * decay_c + inc_c going back (N*P not a multiple of
-    the scan block: a masked last block)."""
-    from types import SimpleNamespace
-
-    from mamba3_perf.kernels.bwd_bwd.stage13_incscan import SCAN_BLOCK, launch_state_scan
-
-    B, H, nc, C, N, P = 2, 3, 5, 4, 24, 32
-    assert (N * P) % SCAN_BLOCK
-    g = torch.Generator().manual_seed(0)
-    inc = torch.randn(B, H, nc, N, P, generator=g).to(DEVICE)
-    decay = torch.rand(B, H, nc, generator=g).to(DEVICE)
-    s = {"DST": inc.clone(), "DECAY": decay}
-    launch_state_scan(s, SimpleNamespace(B=B, H=H, S=nc * C, C=C, N=N, P=P))
-    want = torch.empty_like(inc)
-    run = torch.zeros(B, H, N, P, device=DEVICE)
-    for c in reversed(range(nc)):
-        want[:, :, c] = run
-        run = run * decay[:, :, c, None, None] + inc[:, :, c]
-    torch.testing.assert_close(s["DST"], want)
-
-
-def test_aux_increments_only_where_it_folds():
-    """The streamed aux refuses to write the dstates increments for a chunk it does not fold
-    (C*R = 128: stage5's aux runs there, and stage13 keeps stage12's state pass)."""
-    from mamba3_perf.kernels.bwd_bwd import stage7_streamaux
-
-    c = get_case("pw-1").with_(R=4, C=32, S=64, id="nofold")
-    with pytest.raises(ValueError, match="only where it folds"):
-        stage7_streamaux.launch_aux({}, {}, {}, c, inc=True)

@@ -13,4 +13,3 @@ from mamba3_perf.kernels.bwd_bwd import stage9_termsblock  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage11_steptrig  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage12_pipeaux  # noqa: F401
-from mamba3_perf.kernels.bwd_bwd import stage13_incscan  # noqa: F401

@@ -45,16 +45,14 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, DST_S,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS,
     S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, INC: tl.constexpr,
+    INPUTS: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
-    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
-    INC (stage13): also the chunk's dstates increment qr^T (dPhiO * exp(da_cs)) [N, P] into
-    DST_S[c], block by block of N (computed transposed, [P, NB], so the dot has P rows)."""
+    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -84,16 +82,10 @@ def bwd_bwd_aux_streamed_kernel(
     dkqw, gd = score_weights(dkq, wt, same, gamma)
     ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
-    if INC:
-        dphio_t = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
         store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
-        if INC:
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None],
-                     tl.dot(dphio_t, qr, input_precision=PREC),
-                     mask=(cols < N)[None, :] & (p < P)[:, None])
         ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
                                           C, R, PQ)
         ddacs += ddacs_b
@@ -122,13 +114,10 @@ def folds(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
-               inputs: bool = False, launch: dict | None = None, inc: bool = False) -> None:
+               inputs: bool = False, launch: dict | None = None) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
-    pre-rotation q / k from the inputs (stage10; only where it folds); ``inc``: also the
-    chunks' dstates increments into s["DST"] (stage13; only where it folds)."""
-    if inc and not folds(meta):
-        raise ValueError(f"the streamed aux writes the dstates increments only where it folds (C*R = {meta.C * meta.R})")
+    pre-rotation q / k from the inputs (stage10; only where it folds)."""
     if not folds(meta):
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
@@ -138,10 +127,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         *stage6_statepass.value_inputs(x), x["q"], x["k"], x["q_bias"], x["k_bias"],
-        s["DST"] if inc else out["DDA_CS"],
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
-        **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs, INC=inc,
+        **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
         **(launch or STREAM_LAUNCH),
     )
 
@@ -152,26 +140,20 @@ INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
-             aux_launch: dict | None = None, scan=None) -> None:
+             aux_launch: dict | None = None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
     where the aux folds, since stage5's aux reads that scratch); ``pre`` / ``post``: the pre and
     post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11);
-    ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12); ``scan``:
-    a launcher ``scan(s, meta)`` of the dstates recurrence over the increments the aux then
-    writes to s["DST"], in place of stage6's state pass (stage13; only where the aux folds)."""
-    inc = scan is not None and folds(meta)
+    ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12)."""
     inputs = inputs and folds(meta)
     names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
     s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
     s.update({n: torch.empty(0, device=x["q"].device) for n in INPUT_OPERANDS if n not in s})
     pre(x, s, meta, inputs=inputs)
-    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch, inc=inc)
-    if inc:
-        scan(s, meta)
-    else:
-        stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
+    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch)
+    stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs)
