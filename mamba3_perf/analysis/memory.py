@@ -115,6 +115,9 @@ STAGE_BUFFERS["stage10_fewscratch"] = STAGE_BUFFERS["stage9_termsblock"]
 STAGE_BUFFERS["stage11_steptrig"] = STAGE_BUFFERS["stage10_fewscratch"]
 # stage12 changes the aux's launch options only
 STAGE_BUFFERS["stage12_pipeaux"] = STAGE_BUFFERS["stage11_steptrig"]
+# stage13 moves the diagonal terms' pre-rotation q / k tiles from the aux to the post kernel,
+# whose [CR,N] tiles this model already counts (neither list names them)
+STAGE_BUFFERS["stage13_diagpost"] = STAGE_BUFFERS["stage12_pipeaux"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

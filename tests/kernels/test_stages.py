@@ -72,11 +72,11 @@ def test_nblock_scan_any_n(stage, N, P):
 
 
 @pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch",
-                                   "stage11_steptrig"])
+                                   "stage11_steptrig", "stage13_diagpost"])
 @pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
 def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
     """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,
-    beyond AUX_MAX_ROWS, where stage7/8 keep stage5's aux."""
+    beyond AUX_MAX_ROWS, where stage7/8 keep stage5's aux (and stage13 its diagonal terms)."""
     c = get_case("pw-1").with_(N=N, R=R, C=C, S=2 * C, id=f"aux-N{N}-R{R}-C{C}")
     rows = check_stage(stage, c, device=DEVICE)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
@@ -88,7 +88,7 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
                       "stage5_rankloop", "prod", "stage6_statepass", "stage7_streamaux",
                       "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch",
-                      "stage11_steptrig", "stage12_pipeaux"] == list(LADDER)
+                      "stage11_steptrig", "stage12_pipeaux", "stage13_diagpost"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE

@@ -13,3 +13,4 @@ from mamba3_perf.kernels.bwd_bwd import stage9_termsblock  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage11_steptrig  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage12_pipeaux  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage13_diagpost  # noqa: F401

@@ -69,6 +69,35 @@ def bwd_bwd_pre_steptrig_kernel(
 
 
 @triton.jit
+def _pre_rotation_rows(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r, n3, S, G, N,
+                       C: tl.constexpr, R: tl.constexpr, INPUTS: tl.constexpr):
+    """Rank ``r`` of the pre-rotation q or k rows of a chunk, [C, 1, BN] fp32: from the inputs
+    plus bias (INPUTS) or from the pre kernel's QB / KB scratch."""
+    if INPUTS:
+        x = load_biased(X, BIAS, b, h, hq, tt, r, n3, S, G, N, R)
+    else:
+        x = tl.load(X_S + (bhc * C * R + t3 * R + r) * N + n3, mask=n3 < N, other=0.0)
+    return x
+
+
+@triton.jit
+def _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, n3, S, G, N,
+                C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, INPUTS: tl.constexpr):
+    """The qk_dot diagonal terms of dQ and dK on a [C, R, BN] tile from the same-step weight
+    blocks g[t, r_k, r_q] (GDB): dq[t, r_q] = sum_r_k g[t, r_k, r_q] kb[t, r_k] and
+    dk[t, r_k] = sum_r_q g[t, r_k, r_q] qb[t, r_q]."""
+    gdb = GDB_S + (bhc * C + t3) * R * R
+    dq = tl.zeros([C, R, BN], dtype=tl.float32)
+    dk = tl.zeros([C, R, BN], dtype=tl.float32)
+    for r in tl.static_range(R):
+        dq += tl.load(gdb + r * R + r3) * _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r, n3,
+                                                             S, G, N, C, R, INPUTS)
+        dk += tl.load(gdb + r3 * R + r) * _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r, n3,
+                                                             S, G, N, C, R, INPUTS)
+    return dq, dk
+
+
+@triton.jit
 def _angle_grad_cube(DX_S, rows3, j, jp, mj, x1, x2, cj, sj):
     """d(loss)/d(angle j) per (step, rank) through the rotation of x (pre-rotation columns
     x1 = x[.., j], x2 = x[.., jp], jp = j + N/2; dX rotated-domain gradient rows in scratch)."""
@@ -83,9 +112,12 @@ def bwd_bwd_post_steptrig_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr,
 ):
     """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
-    over the ranks; DANGLES sums the ranks of a [C, R, RD] tile."""
+    over the ranks; DANGLES sums the ranks of a [C, R, RD] tile. DIAG_BLOCKS (stage13): the
+    qk_dot diagonal terms from the aux's same-step weight blocks GDB and the pre-rotation q / k,
+    R fp32 multiply-adds per element, instead of the aux's DQD / DKD rows."""
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
@@ -94,6 +126,7 @@ def bwd_bwd_post_steptrig_kernel(
     r3 = tl.arange(0, R)[None, :, None]
     tt = c * C + t3
     mn3 = n3 < N
+    hq = h // (H // G)
     a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
                 mask=(rot & (n < N))[None, None, :], other=0.0)
     cs = tl.cos(a)
@@ -101,13 +134,17 @@ def bwd_bwd_post_steptrig_kernel(
     rows3 = (bhc * CR + t3 * R + r3) * N
     pt3 = partner[None, None, :]
     orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N + n3
+    if DIAG_BLOCKS:
+        dq_diag, dk_diag = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3,
+                                       n3, S, G, N, C, R, BN, INPUTS)
+    else:
+        dq_diag = tl.load(DQD_S + rows3 + n3, mask=mn3, other=0.0)
+        dk_diag = tl.load(DKD_S + rows3 + n3, mask=mn3, other=0.0)
     dq = (cs * tl.load(DQR_S + rows3 + n3, mask=mn3, other=0.0)
-          - sn * tl.load(DQR_S + rows3 + pt3, mask=mn3, other=0.0)
-          + tl.load(DQD_S + rows3 + n3, mask=mn3, other=0.0))
+          - sn * tl.load(DQR_S + rows3 + pt3, mask=mn3, other=0.0) + dq_diag)
     tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn3)
     dk = (cs * tl.load(DKR_S + rows3 + n3, mask=mn3, other=0.0)
-          - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0)
-          + tl.load(DKD_S + rows3 + n3, mask=mn3, other=0.0))
+          - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0) + dk_diag)
     tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
     # DANGLES per angle j: both columns it rotates, j and j + N/2
     j = tl.arange(0, BRD)[None, None, :]
@@ -117,7 +154,6 @@ def bwd_bwd_post_steptrig_kernel(
     cj = tl.cos(aj)
     sj = tl.sin(aj)
     if INPUTS:
-        hq = h // (H // G)
         q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j, S, G, N, R)
         q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
         k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j, S, G, N, R)
@@ -140,7 +176,8 @@ def run_with(x: dict, out: dict, meta, **kw) -> None:
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
                               inputs=stage10_fewscratch.reads_inputs(meta),
                               pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel),
-                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel),
+                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel,
+                                                   diag_blocks=False),
                               **kw)
 
 

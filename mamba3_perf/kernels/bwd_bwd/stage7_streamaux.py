@@ -45,14 +45,16 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S,
     S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr,
+    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
-    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch."""
+    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
+    DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
+    this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q]."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -80,6 +82,10 @@ def bwd_bwd_aux_streamed_kernel(
     store_rows(DPSIV_S, dpsiv, bhc, i, p, P, CR)
     tl.store(DDP_S + bhc, tl.sum(dd_part, axis=0))
     dkqw, gd = score_weights(dkq, wt, same, gamma)
+    if DIAG_BLOCKS:
+        # gd is zero off the same-step blocks: summing the query steps keeps each row's block
+        tl.store(GDB_S + (bhc * CR + i[:, None]) * R + tl.arange(0, R)[None, :],
+                 tl.sum(tl.reshape(gd, (CR, C, R)), axis=1))
     ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
     for n0 in range(0, N, NB):
@@ -91,15 +97,16 @@ def bwd_bwd_aux_streamed_kernel(
         ddacs += ddacs_b
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
-        if INPUTS:
-            hq = h // (H // G)
-            kb = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
-            qb = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
-        else:
-            kb = load_rows(KB_S, bhc, i, cols, N, CR)
-            qb = load_rows(QB_S, bhc, i, cols, N, CR)
-        store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
-        store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
+        if not DIAG_BLOCKS:
+            if INPUTS:
+                hq = h // (H // G)
+                kb = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
+                qb = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
+            else:
+                kb = load_rows(KB_S, bhc, i, cols, N, CR)
+                qb = load_rows(QB_S, bhc, i, cols, N, CR)
+            store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
+            store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
 
 
@@ -114,10 +121,15 @@ def folds(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
-               inputs: bool = False, launch: dict | None = None) -> None:
+               inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
-    pre-rotation q / k from the inputs (stage10; only where it folds)."""
+    pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
+    diagonal terms' weights into s["GDB"] instead of those terms into DQD / DKD (stage13; only
+    where it folds)."""
+    if diag_blocks and not folds(meta):
+        raise ValueError(f"only the streamed aux leaves the diagonal terms to the post kernel; it does not "
+                         f"fold C*R = {meta.C * meta.R}")
     if not folds(meta):
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
@@ -127,36 +139,44 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         *stage6_statepass.value_inputs(x), x["q"], x["k"], x["q_bias"], x["k_bias"],
+        s["GDB"] if diag_blocks else out["DDA_CS"],
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        **(launch or STREAM_LAUNCH),
+        DIAG_BLOCKS=diag_blocks, **(launch or STREAM_LAUNCH),
     )
 
 
 # the pre scratch that stage10's readers take from the inputs instead
 INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
+# the aux's diagonal-term rows, which stage13's post kernel forms itself
+DIAG_ROWS = ("DQD", "DKD")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
-             aux_launch: dict | None = None) -> None:
+             aux_launch: dict | None = None, diag_blocks: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
     where the aux folds, since stage5's aux reads that scratch); ``pre`` / ``post``: the pre and
     post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11);
-    ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12)."""
+    ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12);
+    ``diag_blocks``: the aux stores the diagonal terms' weight blocks (GDB) and the post kernel
+    forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds)."""
     inputs = inputs and folds(meta)
-    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP")
-    s = alloc_scratch(meta, x["q"].device, [n for n in names if not (inputs and n in INPUT_OPERANDS)])
-    s.update({n: torch.empty(0, device=x["q"].device) for n in INPUT_OPERANDS if n not in s})
+    diag_blocks = diag_blocks and folds(meta)
+    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
+    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
+    s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
+    s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
-    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch)
+    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
+               diag_blocks=diag_blocks)
     stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
-    post(x, s, out, meta, inputs=inputs)
+    post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 
 
 def run(x: dict, out: dict, meta) -> None:
