@@ -32,7 +32,8 @@ LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfol
                            "stage4_nblock", "stage5_rankloop", "prod", "stage6_statepass",
                            "stage7_streamaux", "stage8_mixprec", "stage9_termsblock",
                            "stage10_fewscratch", "stage11_steptrig",
-                           "stage12_pipeaux", "stage13_diagpost")
+                           "stage12_pipeaux", "stage13_diagpost",
+                           "stage14_latesums")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

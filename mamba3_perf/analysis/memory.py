@@ -118,6 +118,14 @@ STAGE_BUFFERS["stage12_pipeaux"] = STAGE_BUFFERS["stage11_steptrig"]
 # stage13 moves the diagonal terms' pre-rotation q / k tiles from the aux to the post kernel,
 # whose [CR,N] tiles this model already counts (neither list names them)
 STAGE_BUFFERS["stage13_diagpost"] = STAGE_BUFFERS["stage12_pipeaux"]
+# stage14 adds [CR,NB]-sized sum accumulators (registers) to the aux and state_terms
+STAGE_BUFFERS["stage14_latesums"] = {
+    **STAGE_BUFFERS["stage13_diagpost"],
+    "aux": _STREAM_AUX + (_B("DDA_CS sum accumulator [CR,NB]", ("CR", "NB"), where="regs"),),
+    "post": STAGE_BUFFERS["stage13_diagpost"]["post"] + (
+        _B("DDA_CS_REV, DFACTOR sum accumulators [CR,BT]", ("CR", "BT"), 2, where="regs"),
+        _B("DDA sum accumulator [BT,P]", ("BT", "P"), where="regs")),
+}
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -14,3 +14,4 @@ from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage11_steptrig  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage12_pipeaux  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage13_diagpost  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage14_latesums  # noqa: F401

@@ -294,11 +294,18 @@ def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
 
 
 @triton.jit
+def state_q_products(dphio, st, qr, ecs, PREC: tl.constexpr):
+    """Inter-chunk q side (reads the cached state, not dstates) on a block of N columns: the
+    elementwise terms of DDA_CS (to sum over N) [CR, cols] and dqr_inter [CR, cols]."""
+    dq_raw = tl.dot(dphio, tl.trans(st), input_precision=PREC)
+    return qr * dq_raw, dq_raw * ecs[:, None]
+
+
+@triton.jit
 def state_q_terms(dphio, st, qr, ecs, C: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr):
     """Inter-chunk q side (reads the cached state, not dstates): DDA_CS [C] and dqr_inter [CR,N]."""
-    dq_raw = tl.dot(dphio, tl.trans(st), input_precision=PREC)
-    ddacs = vec_to_time(tl.sum(qr * dq_raw, axis=1), C, R)
-    return ddacs, dq_raw * ecs[:, None]
+    ddacs_terms, dq_inter = state_q_products(dphio, st, qr, ecs, PREC)
+    return vec_to_time(tl.sum(ddacs_terms, axis=1), C, R), dq_inter
 
 
 @triton.jit

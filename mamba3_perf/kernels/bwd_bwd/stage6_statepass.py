@@ -76,10 +76,12 @@ def bwd_bwd_state_terms_kernel(
     DOUT, MO,
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, LATE_SUMS: tl.constexpr,
 ):
     """One chunk's dstates-dependent terms (as the scan of stage2/4 computes them) and its
-    value side, from DST[c]. INPUTS (stage10): PsiV from v and mimo_v, not the PSIV scratch."""
+    value side, from DST[c]. INPUTS (stage10): PsiV from v and mimo_v, not the PSIV scratch.
+    LATE_SUMS (stage14): the N sums of DDA_CS_REV, DFACTOR and DDA accumulate elementwise over
+    the N blocks and are reduced across lanes once, after the loop, not once per block."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -93,6 +95,10 @@ def bwd_bwd_state_terms_kernel(
     ddacsrev = tl.zeros([CR], dtype=tl.float32)
     dfac = tl.zeros([CR], dtype=tl.float32)
     dda = 0.0
+    if LATE_SUMS:
+        acc_rev = tl.zeros([CR, BNB], dtype=tl.float32)
+        acc_fac = tl.zeros([CR, BNB], dtype=tl.float32)
+        acc_dda = tl.zeros([BNB, BP], dtype=tl.float32)
     for nb in range(0, tl.cdiv(N, BNB)):
         cols = nb * BNB + tl.arange(0, BNB)
         ds = load_state_tile(DST_S, bhc, cols, p, N, P)
@@ -103,9 +109,18 @@ def bwd_bwd_state_terms_kernel(
         dpsiv += dpsiv_inter
         dks = load_rows(DKS_S, bhc, i, cols, N, CR) + dk_raw * erev[:, None]
         store_rows(DKR_S, dks * ts[:, None], bhc, i, cols, N, CR)
-        ddacsrev += tl.sum(ks * dk_raw, axis=1)
-        dfac += tl.sum(kr * dks, axis=1)
-        dda += tl.sum(tl.sum(st * ds, axis=1), axis=0)
+        if LATE_SUMS:
+            acc_rev += ks * dk_raw
+            acc_fac += kr * dks
+            acc_dda += st * ds
+        else:
+            ddacsrev += tl.sum(ks * dk_raw, axis=1)
+            dfac += tl.sum(kr * dks, axis=1)
+            dda += tl.sum(tl.sum(st * ds, axis=1), axis=0)
+    if LATE_SUMS:
+        ddacsrev = tl.sum(acc_rev, axis=1)
+        dfac = tl.sum(acc_fac, axis=1)
+        dda = tl.sum(tl.sum(acc_dda, axis=1), axis=0)
     toff = bh * S + c * C + tc
     tl.store(DDACSREV + toff, vec_to_time(ddacsrev, C, R))
     tl.store(DFAC + toff, vec_to_time(dfac, C, R))
@@ -165,9 +180,9 @@ def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = TERMS_TILE_ELEMS,
-                       launch: dict = TERMS_LAUNCH, inputs: bool = False) -> None:
+                       launch: dict = TERMS_LAUNCH, inputs: bool = False, late_sums: bool = False) -> None:
     """``tile_elems``, ``launch``: the N block and launch (stage9); ``inputs``: PsiV from the
-    inputs, not PSIV scratch (stage10)."""
+    inputs, not PSIV scratch (stage10); ``late_sums``: N sums reduced once (stage14)."""
     bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
         s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
@@ -175,7 +190,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = T
         x["dout"], scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=terms_block(meta, tile_elems), BP=blocks(meta)["BP"],
-        PREC=dot_precision(x["q"].device), REDUCE_O=meta.reduce_o, INPUTS=inputs, **launch,
+        PREC=dot_precision(x["q"].device), REDUCE_O=meta.reduce_o, INPUTS=inputs, LATE_SUMS=late_sums,
+        **launch,
     )
 
 

@@ -23,7 +23,8 @@ from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_ran
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
-    score_grads, score_weights, split_precisions, state_q_terms, store_rows, wt_rows,
+    score_grads, score_weights, split_precisions, state_q_products, state_q_terms, store_rows, vec_to_time,
+    wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -49,12 +50,14 @@ def bwd_bwd_aux_streamed_kernel(
     S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr,
+    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
     DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
-    this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q]."""
+    this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q].
+    LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
+    across lanes once, after the loop."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -88,13 +91,20 @@ def bwd_bwd_aux_streamed_kernel(
                  tl.sum(tl.reshape(gd, (CR, C, R)), axis=1))
     ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
+    if LATE_SUMS:
+        acc_cs = tl.zeros([CR, NB], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
         store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
-        ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
-                                          C, R, PQ)
-        ddacs += ddacs_b
+        if LATE_SUMS:
+            ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr,
+                                                     ecs, PQ)
+            acc_cs += ddacs_terms
+        else:
+            ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
+                                              C, R, PQ)
+            ddacs += ddacs_b
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
         if not DIAG_BLOCKS:
@@ -107,6 +117,8 @@ def bwd_bwd_aux_streamed_kernel(
                 qb = load_rows(QB_S, bhc, i, cols, N, CR)
             store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
             store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
+    if LATE_SUMS:
+        ddacs = vec_to_time(tl.sum(acc_cs, axis=1), C, R)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
 
 
@@ -121,12 +133,13 @@ def folds(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
-               inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False) -> None:
+               inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False,
+               late_sums: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
     diagonal terms' weights into s["GDB"] instead of those terms into DQD / DKD (stage13; only
-    where it folds)."""
+    where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14)."""
     if diag_blocks and not folds(meta):
         raise ValueError(f"only the streamed aux leaves the diagonal terms to the post kernel; it does not "
                          f"fold C*R = {meta.C * meta.R}")
@@ -143,7 +156,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        DIAG_BLOCKS=diag_blocks, **(launch or STREAM_LAUNCH),
+        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, **(launch or STREAM_LAUNCH),
     )
 
 
@@ -155,7 +168,7 @@ DIAG_ROWS = ("DQD", "DKD")
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
-             aux_launch: dict | None = None, diag_blocks: bool = False) -> None:
+             aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -163,7 +176,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     post kernels' launchers (stage1_pre.launch_pre's and prod.launch_post's signatures; stage11);
     ``aux_launch``: the streamed aux's launch options (default STREAM_LAUNCH; stage12);
     ``diag_blocks``: the aux stores the diagonal terms' weight blocks (GDB) and the post kernel
-    forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds)."""
+    forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds);
+    ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -172,9 +186,9 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-               diag_blocks=diag_blocks)
+               diag_blocks=diag_blocks, late_sums=late_sums)
     stage6_statepass.launch_state_pass(x, s, meta, inputs=inputs)
-    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs)
+    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 
