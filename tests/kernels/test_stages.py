@@ -109,3 +109,30 @@ def test_pipelined_aux_launch_rule():
     assert aux_launch(get_case("N64_P64_R4_C16")) == dict(num_warps=4, num_stages=3)
     assert aux_launch(get_case("N128_P32_R4_C16"))["num_stages"] == 3
     assert aux_launch(get_case("N64_P128_R4_C16")) == dict(num_warps=4, num_stages=2)
+
+
+def test_diagonal_and_late_sum_rules():
+    """stage13 moves the diagonal terms only where N >= 32 and stage14 sums late only where
+    P <= 64 and N >= 64, where each measured faster (records/h200-diagpost-latesums-153be00.json)."""
+    from mamba3_perf.kernels.bwd_bwd.stage13_diagpost import moves_diagonal
+    from mamba3_perf.kernels.bwd_bwd.stage14_latesums import sums_late
+
+    assert not moves_diagonal(get_case("N16_P64_R4_C8"))
+    assert moves_diagonal(get_case("N32_P64_R4_C16")) and moves_diagonal(get_case("N128_P128_R4_C8"))
+    assert [sums_late(get_case(c)) for c in ("N16_P64_R4_C8", "N32_P64_R4_C16", "N64_P64_R4_C16",
+                                             "N64_P128_R4_C16", "N256_P64_R4_C8")] == [False, False, True,
+                                                                                    False, True]
+
+
+@pytest.mark.parametrize("N,P", [(64, 32), (40, 16)])
+def test_diagonal_terms_and_late_sums_forced_on_small_shapes(monkeypatch, N, P):
+    """The rules leave the small test shapes on stage12's path; forced on, the post kernel's
+    diagonal terms (from the inputs and from QB / KB scratch) and the late sums pass too."""
+    from mamba3_perf.kernels.bwd_bwd import stage13_diagpost, stage14_latesums
+
+    monkeypatch.setattr(stage13_diagpost, "moves_diagonal", lambda meta: True)
+    monkeypatch.setattr(stage14_latesums, "sums_late", lambda meta: True)
+    for case_id in ("pw-1", "pw-6"):
+        c = get_case(case_id).with_(N=N, P=P, id=f"{case_id}-N{N}-P{P}")
+        rows = check_stage("stage14_latesums", c, device=DEVICE)
+        assert all(r.passed for r in rows), [r for r in rows if not r.passed]

@@ -11,7 +11,12 @@ post kernel, which already holds each chunk's [C, R, N] tiles, adds sum_r g[t, r
 over the R ranks of the pre-rotation q / k rows, in fp32 (the aux ran them at one TF32 pass for
 16-bit inputs: common.split_precisions' PLO).
 
-Where the aux does not fold (C*R > 64, not on the official grid) this stage runs stage12.
+Measured on the H200 with the terms moved on every shape (records/h200-diagpost-latesums-153be00.json,
+stage12 / stage13 device time): 1.03-1.15x on the ten official and regular shapes with N >= 32
+(N128_P64_R4_C16 4847 -> 4375 us: the aux 1865 -> 1387 us, the post kernel unchanged at ~610),
+0.98x at N = 16, where the aux's two diagonal dots were 16 columns once per chunk. So
+:func:`moves_diagonal` keeps stage12's aux at N < 32, and there this stage launches exactly
+stage12. Where the aux does not fold (C*R > 64, not on the official grid) it runs stage12 too.
 """
 from __future__ import annotations
 
@@ -19,8 +24,15 @@ from mamba3_perf.kernels.bwd_bwd import stage11_steptrig, stage12_pipeaux
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
+def moves_diagonal(meta) -> bool:
+    """Whether the post kernel forms the diagonal terms for ``meta``: N >= 32, where that
+    measured faster than stage12 (module docstring)."""
+    return meta.N >= 32
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage11_steptrig.run_with(x, out, meta, aux_launch=stage12_pipeaux.aux_launch(meta), diag_blocks=True)
+    stage11_steptrig.run_with(x, out, meta, aux_launch=stage12_pipeaux.aux_launch(meta),
+                              diag_blocks=moves_diagonal(meta))
 
 
 STAGE = register_stage(StageSpec(
