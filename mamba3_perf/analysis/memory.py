@@ -3,7 +3,7 @@
 The model is data (:data:`STAGE_BUFFERS`): for each stage, each kernel part (fused, pre, aux,
 scan, post) lists its live buffers with a shape written in the dimension names
 C, R, N, P, CR (= C*R), BN (the scan's N block), TN/TP/BT (stage6's tiles), NB (stage7's
-N block), an element size, and where the buffer
+N block), WN (stage15's state pass block), an element size, and where the buffer
 lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
 is the sum of its buffers; a stage fits when every part fits the device:
 
@@ -126,6 +126,12 @@ STAGE_BUFFERS["stage14_latesums"] = {
         _B("DDA_CS_REV, DFACTOR sum accumulators [CR,BT]", ("CR", "BT"), 2, where="regs"),
         _B("DDA sum accumulator [BT,P]", ("BT", "P"), where="regs")),
 }
+# stage15's state pass holds a transposed [P, BNB] dstates tile and [CR, BNB] / [CR, P] operands
+STAGE_BUFFERS["stage15_passwave"] = {
+    **STAGE_BUFFERS["stage14_latesums"],
+    "scan": (_B("dstates tile [P,WN]", ("P", "WN"), where="regs"), _B("q [CR,WN]", ("CR", "WN")),
+             _B("dPhiO [CR,P]", ("CR", "P"))),
+}
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
@@ -141,13 +147,14 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     from mamba3_perf.kernels.bwd_bwd.common import pow2
     from mamba3_perf.kernels.bwd_bwd.stage7_streamaux import AUX_NBLOCK
     from mamba3_perf.kernels.bwd_bwd.stage9_termsblock import terms_choice
+    from mamba3_perf.kernels.bwd_bwd.stage15_passwave import wave_block
 
     tn, tp = s6.pass_tiles(case)
     narrow_terms = stage in LADDER and LADDER.index(stage) >= LADDER.index("stage9_termsblock")
     terms = terms_choice(case) if narrow_terms else {}
     bt = s6.terms_block(case, terms.get("tile_elems", s6.TERMS_TILE_ELEMS))
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
-            "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N))}
+            "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N)), "WN": wave_block(case)}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

@@ -63,7 +63,8 @@ def test_stage_outputs_have_api_dtypes():
 
 @pytest.mark.parametrize("N,P", [(96, 128), (192, 64), (80, 128)])
 @pytest.mark.parametrize("stage", ["stage4_nblock", "prod", "stage6_statepass", "stage7_streamaux",
-                                   "stage9_termsblock", "stage10_fewscratch", "stage11_steptrig"])
+                                   "stage9_termsblock", "stage10_fewscratch", "stage11_steptrig",
+                                   "stage15_passwave"])
 def test_nblock_scan_any_n(stage, N, P):
     """N*P > 8192 with N not a power of two: the N-blocked scan masks the last block."""
     c = get_case("small-N128_P128_R4_C8").with_(N=N, P=P, id=f"odd-N{N}-P{P}")
@@ -72,7 +73,8 @@ def test_nblock_scan_any_n(stage, N, P):
 
 
 @pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch",
-                                   "stage11_steptrig", "stage13_diagpost", "stage14_latesums"])
+                                   "stage11_steptrig", "stage13_diagpost", "stage14_latesums",
+                                   "stage15_passwave"])
 @pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
 def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
     """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,
@@ -88,7 +90,8 @@ def test_registry_lists_the_ladder_in_order_with_tags():
     assert STAGES == ["stage0", "stage1_pre", "stage2_aux", "stage3_rankfold", "stage4_nblock",
                       "stage5_rankloop", "prod", "stage6_statepass", "stage7_streamaux",
                       "stage8_mixprec", "stage9_termsblock", "stage10_fewscratch",
-                      "stage11_steptrig", "stage12_pipeaux", "stage13_diagpost", "stage14_latesums"] == list(LADDER)
+                      "stage11_steptrig", "stage12_pipeaux", "stage13_diagpost", "stage14_latesums",
+                      "stage15_passwave"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE

@@ -1,0 +1,91 @@
+"""stage15_passwave: the state pass in one wave, each program on all of P.
+
+stage6's state pass runs the dstates recurrence on [32, 32] tiles: B*H * N/32 * P/32 programs
+(512 on N128_P64_R4_C16), each walking every chunk. At 255 registers and 4 warps two programs
+fit an SM, so on the H200's 132 SMs those 512 programs run in two waves, and each program
+recomputes its chunk's dPhiO columns from dout for its own P block. Here a program keeps a
+[P, BNB] tile of dstates transposed, so that its increment dPhiO^T (qr) has P rows, the
+operand order wgmma takes (stage6's [32, CR] x [CR, 32] runs mma.sync), and takes all of P at
+once: B*H * N/BNB programs, BNB = 32 up to N = 128 and 64 beyond (256 programs at B*H = 64 on
+the official grid's N = 128 and 256), one wave. Everything else is stage14.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mamba3_perf.kernels.bwd_bwd import stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums
+from mamba3_perf.kernels.bwd_bwd.common import (
+    chunk_psiv_dphio, dot_precision, fused_rows, load_rows, load_time, pow2,
+)
+from mamba3_perf.kernels.bwd_bwd.stage6_statepass import PASS_LAUNCH, value_inputs
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+
+@triton.jit
+def bwd_bwd_state_pass_wave_kernel(
+    QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
+    DOUT, V, MV, MO,
+    S, H, N, P,
+    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
+):
+    """stage6's state pass on a transposed [BP, BNB] dstates tile (all of P, BNB columns of N):
+    DST[c] = the dstates chunk c sees, stored back as [N, P]."""
+    bh = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
+    p = tl.arange(0, BP)
+    mask = (p < P)[:, None] & (cols < N)[None, :]
+    CR: tl.constexpr = C * R
+    nc = S // C
+    i, ti, ri = fused_rows(C, R)
+    run = tl.zeros([BP, BNB], dtype=tl.float32)
+    for cc in range(0, nc):
+        c = nc - 1 - cc
+        bhc = bh * nc + c
+        ecs = load_time(ECS_S, bh, c * C + ti, S)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
+        # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
+        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
+                                        ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
+        decay = tl.load(DECAY_S + bhc)
+        tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
+        run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
+
+
+def wave_block(meta) -> int:
+    """BNB: 32 columns of N up to N = 128, 64 beyond (at least 16, the dot's least)."""
+    return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
+
+
+def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs."""
+    bnb = wave_block(meta)
+    bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
+        s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
+        *value_inputs(x),
+        meta.S, meta.H, meta.N, meta.P,
+        C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **PASS_LAUNCH,
+    )
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage11_steptrig.run_with(x, out, meta, aux_launch=stage12_pipeaux.aux_launch(meta),
+                              diag_blocks=stage13_diagpost.moves_diagonal(meta),
+                              late_sums=stage14_latesums.sums_late(meta), state_pass=launch_state_pass_wave)
+
+
+_S14 = stage14_latesums.STAGE.kernels
+STAGE = register_stage(StageSpec(
+    name="stage15_passwave",
+    parent="stage14_latesums",
+    summary="the state pass keeps a transposed [P, 32] dstates tile per program: one wave of "
+            "programs, the increment's dot with P rows (wgmma), dPhiO formed once per chunk",
+    entry=run,
+    kernels=tuple(k for k in _S14 if k.name != "bwd_bwd_state_pass_kernel")[:2]
+    + (KernelSpec("bwd_bwd_state_pass_wave_kernel", Tag.SCAN, "elementwise dstates recurrence, "
+                  "transposed [P, BNB] tiles"),)
+    + tuple(k for k in _S14 if k.name != "bwd_bwd_state_pass_kernel")[2:],
+    zero_outputs=False,
+))
