@@ -139,3 +139,38 @@ def test_diagonal_terms_and_late_sums_forced_on_small_shapes(monkeypatch, N, P):
         c = get_case(case_id).with_(N=N, P=P, id=f"{case_id}-N{N}-P{P}")
         rows = check_stage("stage14_latesums", c, device=DEVICE)
         assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_wave_pass_rule():
+    """stage15's state pass only where stage6's takes more than one wave on the H200 and this
+    one fills its SMs (records/h200-passwave-3465c15.json)."""
+    from mamba3_perf.kernels.bwd_bwd.stage15_passwave import uses_wave
+
+    on = {"N128_P64_R4_C16", "N128_P128_R4_C8", "N256_P64_R4_C8", "N128_P64_R8_C8", "N128_P64_R2_C32",
+          "N128_P64_R1_C64", "regular-8x512x16x8"}
+    off = {"N16_P64_R4_C8", "N32_P64_R4_C16", "N64_P64_R4_C16", "N64_P128_R4_C16", "N128_P32_R4_C16"}
+    assert {c for c in on | off if uses_wave(get_case(c))} == on
+
+
+@pytest.mark.parametrize("N,P", [(64, 32), (40, 16)])
+def test_wave_pass_forced_on_small_shapes(monkeypatch, N, P):
+    """The rule leaves the small test shapes on stage6's pass; forced on, stage15 passes."""
+    from mamba3_perf.kernels.bwd_bwd import stage15_passwave
+
+    monkeypatch.setattr(stage15_passwave, "uses_wave", lambda meta: True)
+    for case_id in ("pw-1", "pw-6"):
+        c = get_case(case_id).with_(N=N, P=P, id=f"{case_id}-N{N}-P{P}")
+        rows = check_stage("stage15_passwave", c, device=DEVICE)
+        assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+@pytest.mark.parametrize("case_id", ["small-N128_P128_R4_C8", "small-N256_P64_R4_C8", "small-N128_P32_R4_C16"])
+def test_wave_pass_forced_on_official_small(monkeypatch, case_id):
+    """The wave pass on the official shapes it is meant for (64-column blocks at N = 256, the
+    scratch operands at P = 128), forced on at the small batch the interpreter runs."""
+    from mamba3_perf.kernels.bwd_bwd import stage15_passwave
+
+    monkeypatch.setattr(stage15_passwave, "uses_wave", lambda meta: True)
+    c, x, gold = _prepared(case_id)
+    rows = check_stage("stage15_passwave", c, inputs=x, golden=gold)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]

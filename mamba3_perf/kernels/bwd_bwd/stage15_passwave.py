@@ -8,17 +8,28 @@ recomputes its chunk's dPhiO columns from dout for its own P block. Here a progr
 operand order wgmma takes (stage6's [32, CR] x [CR, 32] runs mma.sync), and takes all of P at
 once: B*H * N/BNB programs, BNB = 32 up to N = 128 and 64 beyond (256 programs at B*H = 64 on
 the official grid's N = 128 and 256), one wave. Everything else is stage14.
+
+Measured on the H200 with this pass on every shape (records/h200-passwave-3465c15.json, stage14
+/ stage15 device time): 1.02-1.05x on the seven shapes where stage6's pass took two waves or
+more and this one still fills the SMs (N128_P64_R4_C16: state pass 701 -> 594 us, its executed
+instructions 320 M -> 113 M by ncu: the pass is bound by its serial chain of 128 steps, ~4.6 us
+each, not by instructions), 0.89-0.99x where stage6's pass was one wave already (N <= 64 at
+P = 64, N128_P32) or where this one leaves SMs idle (N64_P128_R4_C16: 128 programs, and spills
+at P = 128). So :func:`uses_wave` takes it only where stage6's pass needs more than
+2 x 132 programs (two per SM of the H200, where this was measured) and this one at least
+132; elsewhere this stage is stage14.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from mamba3_perf.kernels.bwd_bwd import stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums
+from mamba3_perf.kernels.bwd_bwd import (
+    stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
+)
 from mamba3_perf.kernels.bwd_bwd.common import (
     chunk_psiv_dphio, dot_precision, fused_rows, load_rows, load_time, pow2,
 )
-from mamba3_perf.kernels.bwd_bwd.stage6_statepass import PASS_LAUNCH, value_inputs
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -53,6 +64,19 @@ def bwd_bwd_state_pass_wave_kernel(
         run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
 
 
+H200_SMS = 132  # the SMs of the device the rule below was measured on
+
+
+def uses_wave(meta) -> bool:
+    """Whether the state pass runs on transposed [P, BNB] tiles for ``meta``: where stage6's pass
+    launches more than two programs per SM of the H200 (more than one wave) and this one at
+    least one per SM (module docstring)."""
+    bh = meta.B * meta.H
+    tn, tp = stage6_statepass.pass_tiles(meta)
+    stage6_programs = bh * triton.cdiv(meta.N, tn) * triton.cdiv(meta.P, tp)
+    return stage6_programs > 2 * H200_SMS and bh * triton.cdiv(meta.N, wave_block(meta)) >= H200_SMS
+
+
 def wave_block(meta) -> int:
     """BNB: 32 columns of N up to N = 128, 64 beyond (at least 16, the dot's least)."""
     return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
@@ -63,17 +87,18 @@ def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> N
     bnb = wave_block(meta)
     bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
-        *value_inputs(x),
+        *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **stage6_statepass.PASS_LAUNCH,
     )
 
 
 def run(x: dict, out: dict, meta) -> None:
     stage11_steptrig.run_with(x, out, meta, aux_launch=stage12_pipeaux.aux_launch(meta),
                               diag_blocks=stage13_diagpost.moves_diagonal(meta),
-                              late_sums=stage14_latesums.sums_late(meta), state_pass=launch_state_pass_wave)
+                              late_sums=stage14_latesums.sums_late(meta),
+                              state_pass=launch_state_pass_wave if uses_wave(meta) else stage6_statepass.launch_state_pass)
 
 
 _S14 = stage14_latesums.STAGE.kernels
