@@ -172,7 +172,7 @@ def bwd_bwd_post_steptrig_kernel(
 
 def run_with(x: dict, out: dict, meta, **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``kw``: more
-    stage7_streamaux.run_with keywords (stage12)."""
+    stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
                               inputs=stage10_fewscratch.reads_inputs(meta),
                               pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel),

@@ -27,9 +27,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import (
-    chunk_psiv_dphio, dot_precision, fused_rows, load_rows, load_time, pow2,
-)
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -41,27 +39,11 @@ def bwd_bwd_state_pass_wave_kernel(
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
-    """stage6's state pass on a transposed [BP, BNB] dstates tile (all of P, BNB columns of N):
-    DST[c] = the dstates chunk c sees, stored back as [N, P]."""
-    bh = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
-    p = tl.arange(0, BP)
-    mask = (p < P)[:, None] & (cols < N)[None, :]
-    CR: tl.constexpr = C * R
-    nc = S // C
-    i, ti, ri = fused_rows(C, R)
-    run = tl.zeros([BP, BNB], dtype=tl.float32)
-    for cc in range(0, nc):
-        c = nc - 1 - cc
-        bhc = bh * nc + c
-        ecs = load_time(ECS_S, bh, c * C + ti, S)
-        qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
-        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
-                                        ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
-        decay = tl.load(DECAY_S + bhc)
-        tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
-        run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
+    """stage6's state pass on a (B*H, N/BNB) grid of transposed [BP, BNB] dstates tiles, all of P
+    per program (stage6_statepass.state_pass_loop with TRANS)."""
+    stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
+                                     tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
+                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)
 
 
 H200_SMS = 132  # the SMs of the device the rule below was measured on
@@ -98,7 +80,7 @@ def run(x: dict, out: dict, meta) -> None:
     stage11_steptrig.run_with(x, out, meta, aux_launch=stage12_pipeaux.aux_launch(meta),
                               diag_blocks=stage13_diagpost.moves_diagonal(meta),
                               late_sums=stage14_latesums.sums_late(meta),
-                              state_pass=launch_state_pass_wave if uses_wave(meta) else stage6_statepass.launch_state_pass)
+                              state_pass=launch_state_pass_wave if uses_wave(meta) else None)
 
 
 _S14 = stage14_latesums.STAGE.kernels

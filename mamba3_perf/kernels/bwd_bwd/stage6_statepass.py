@@ -39,23 +39,23 @@ TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 
 
 @triton.jit
-def bwd_bwd_state_pass_kernel(
-    QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
-    DOUT, V, MV, MO,
-    S, H, N, P,
-    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-):
-    """DST[c] = the dstates chunk c sees (the gradient w.r.t. the state leaving it). INPUTS
-    (stage10): dPhiO from dout (and mimo_o), not the pre kernel's DPHIO."""
-    bh = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
-    p = tl.program_id(2) * BPB + tl.arange(0, BPB)
-    mask = (cols < N)[:, None] & (p < P)[None, :]
+def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, cols, p, S, H, N, P,
+                    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr,
+                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr):
+    """The reverse walk of a state pass program over the chunks of (b, h) ``bh`` for N columns
+    ``cols`` and P columns ``p``: DST[c] = the dstates chunk c sees (the gradient w.r.t. the
+    state leaving it). INPUTS (stage10): dPhiO from dout (and mimo_o), not the pre kernel's
+    DPHIO. TRANS (stage15): the tile is held transposed, [BPB, BNB], so that the increment's dot
+    dPhiO^T qr has P rows."""
     CR: tl.constexpr = C * R
     nc = S // C
     i, ti, ri = fused_rows(C, R)
-    run = tl.zeros([BNB, BPB], dtype=tl.float32)
+    if TRANS:
+        mask = (p < P)[:, None] & (cols < N)[None, :]
+        run = tl.zeros([BPB, BNB], dtype=tl.float32)
+    else:
+        mask = (cols < N)[:, None] & (p < P)[None, :]
+        run = tl.zeros([BNB, BPB], dtype=tl.float32)
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
@@ -65,8 +65,26 @@ def bwd_bwd_state_pass_kernel(
         _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
                                         ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
         decay = tl.load(DECAY_S + bhc)
-        tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
-        run = dstates_step(run, decay, qr, dphio, ecs, PREC)
+        if TRANS:
+            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
+            run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
+        else:
+            tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
+            run = dstates_step(run, decay, qr, dphio, ecs, PREC)
+
+
+@triton.jit
+def bwd_bwd_state_pass_kernel(
+    QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
+    DOUT, V, MV, MO,
+    S, H, N, P,
+    C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
+):
+    """The state pass on a (B*H, N/BNB, P/BPB) grid of [BNB, BPB] dstates tiles (state_pass_loop)."""
+    state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, tl.program_id(0).to(tl.int64),
+                    tl.program_id(1) * BNB + tl.arange(0, BNB), tl.program_id(2) * BPB + tl.arange(0, BPB),
+                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False)
 
 
 @triton.jit
