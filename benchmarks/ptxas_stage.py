@@ -3,6 +3,10 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
 
     python benchmarks/ptxas_stage.py prod 64 64 4 16            # STAGE N P R C
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
+    python benchmarks/ptxas_stage.py stage15_passwave 128 64 4 16 --sass   # + instruction mix
+
+``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
+static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix).
 
 How the launches are captured and compiled: mamba3_perf/kernels/codegen.py. The Triton that
 compiles is the one imported (the H200 runs 3.6: PYTHONPATH=<a triton 3.6 install> gives its
@@ -20,28 +24,35 @@ os.environ.pop("TRITON_INTERPRET", None)  # real JITFunctions: their launches ar
 
 import triton  # noqa: E402
 
+from mamba3_perf.analysis.sass import instruction_mix  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 
 
 def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
-                 stages: int | None = None) -> str:
+                 stages: int | None = None, sass: bool = False) -> str:
     t0 = time.time()
     k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps, stages=stages)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(k.asm["ptx"])
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    for exe in ("ptxas", "ptxas-blackwell"):  # the PTX may need the newer of the two bundled
-        res = subprocess.run([os.path.join(bindir, exe), "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                             capture_output=True, text=True)
-        if res.returncode == 0:
-            break
-    os.unlink(f.name)
-    if res.returncode != 0:
-        raise RuntimeError(f"ptxas failed on {fn.__name__}: {res.stderr.strip()[-300:]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(k.asm["ptx"])
+        for exe in ("ptxas", "ptxas-blackwell"):  # the PTX may need the newer of the two bundled
+            res = subprocess.run([os.path.join(bindir, exe), "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                                 capture_output=True, text=True)
+            if res.returncode == 0:
+                break
+        if res.returncode != 0:
+            raise RuntimeError(f"ptxas failed on {fn.__name__}: {res.stderr.strip()[-300:]}")
+        listing = subprocess.run([os.path.join(bindir, "nvdisasm"), "-c", cubin], capture_output=True,
+                                 text=True, check=True).stdout if sass else ""
     info = " | ".join(line.split("ptxas info    :")[-1].strip() for line in res.stderr.splitlines()
                       if "Used" in line or "spill" in line)
-    return (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "
-            f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
+    report = (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "
+              f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
+    if sass:
+        report += "\n" + instruction_mix(listing).to_string(index=False)
+    return report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,11 +67,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warps", type=int, default=None, help="override every kernel's num_warps")
     ap.add_argument("--stages", type=int, default=None, help="override every kernel's num_stages")
     ap.add_argument("--kernel", default=None, help="only the kernels whose name contains this")
+    ap.add_argument("--sass", action="store_true",
+                    help="also print each kernel's static SASS instruction mix, whole and per loop")
     a = ap.parse_args(argv)
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
         if a.kernel and a.kernel not in fn.__name__:
             continue
-        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages), flush=True)
+        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass),
+              flush=True)
 
 
 if __name__ == "__main__":
