@@ -90,9 +90,8 @@ STAGE = register_stage(StageSpec(
     summary="the state pass keeps a transposed [P, 32] dstates tile per program: one wave of "
             "programs, the increment's dot with P rows (wgmma), dPhiO formed once per chunk",
     entry=run,
-    kernels=tuple(k for k in _S14 if k.name != "bwd_bwd_state_pass_kernel")[:2]
-    + (KernelSpec("bwd_bwd_state_pass_wave_kernel", Tag.SCAN, "elementwise dstates recurrence, "
-                  "transposed [P, BNB] tiles"),)
-    + tuple(k for k in _S14 if k.name != "bwd_bwd_state_pass_kernel")[2:],
+    # stage6's state pass stays in the list: the shapes outside uses_wave launch it
+    kernels=_S14[:2] + (KernelSpec("bwd_bwd_state_pass_wave_kernel", Tag.SCAN, "elementwise dstates recurrence, "
+                                   "transposed [P, BNB] tiles"),) + _S14[2:],
     zero_outputs=False,
 ))
