@@ -16,8 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, load_biased, load_psiv_dphio, rot_cols, store_chunk_scalars,
-    store_rows,
+    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_chunk_scalars,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -60,10 +59,8 @@ def bwd_bwd_pre_steptrig_kernel(
     if not INPUTS:
         _store_cube(QB_S, qb, bhc, t3, r3, n3, mn3, N, R, CR)
         _store_cube(KB_S, kb, bhc, t3, r3, n3, mn3, N, R, CR)
-        p = tl.arange(0, BP)
-        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-        store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
-        store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+        stage1_pre.store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, tl.arange(0, BP),
+                                    S, H, P, R, CR, REDUCE_O)
     store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
                         bh, bhc, c, tc, S, C)
 

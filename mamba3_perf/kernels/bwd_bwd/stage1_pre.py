@@ -17,6 +17,15 @@ from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_st
 
 
 @triton.jit
+def store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, p, S, H, P,
+                     R: tl.constexpr, CR: tl.constexpr, REDUCE_O: tl.constexpr):
+    """A chunk's PsiV and dPhiO rows [C*R, len(p)] from the inputs into the pre scratch."""
+    _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
+    store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
+    store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+
+
+@triton.jit
 def bwd_bwd_pre_kernel(
     DOUT, Q, K, V, QBIAS, KBIAS, MV, MO, DACS, DACSREV, DT, TRAP, SEGSUM, ANG,
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
@@ -37,9 +46,7 @@ def bwd_bwd_pre_kernel(
     if not INPUTS:
         store_rows(QB_S, qb, bhc, i, n, N, CR)
         store_rows(KB_S, kb, bhc, i, n, N, CR)
-        _v, _psi, psiv, dphio = load_psiv_dphio(DOUT, V, MV, MO, b, h, tpos, ri, p, S, H, P, R, REDUCE_O)
-        store_rows(PSIV_S, psiv, bhc, i, p, P, CR)
-        store_rows(DPHIO_S, dphio, bhc, i, p, P, CR)
+        store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, p, S, H, P, R, CR, REDUCE_O)
     store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
                         bh, bhc, c, tc, S, C)
 

@@ -5,7 +5,7 @@ its five [C*R, *] results last, so on the H200 it holds them all at once: 255 re
 2.8 KB of spill stores per thread at N = P = 64 (ptxas for sm_90, Triton 3.6 as on the
 H200), and its DRAM traffic (2.7 GB on 8x512x16x8, ncu) is three times what it loads and
 stores on purpose. The streamed aux does the same products (common.score_grads,
-score_weights, local_dpsiv, state_q_terms) but walks N in
+score_weights, local_dpsiv, state_q_products) but walks N in
 blocks of AUX_NBLOCK columns, twice (k.q^T accumulated over N; then dK, dQ, the diagonal
 terms and the cached-state term per block, each stored at once), so only [C*R, P] and
 [C*R, C*R] tiles stay whole: 0.9 KB of spill stores at N = P = 64, with the same N block at
@@ -23,8 +23,7 @@ from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_ran
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
-    score_grads, score_weights, split_precisions, state_q_products, state_q_terms, store_rows, vec_to_time,
-    wt_rows,
+    score_grads, score_weights, split_precisions, state_q_products, store_rows, vec_to_time, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -97,14 +96,11 @@ def bwd_bwd_aux_streamed_kernel(
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
         store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
+        ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs, PQ)
         if LATE_SUMS:
-            ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr,
-                                                     ecs, PQ)
             acc_cs += ddacs_terms
         else:
-            ddacs_b, dq_inter = state_q_terms(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs,
-                                              C, R, PQ)
-            ddacs += ddacs_b
+            ddacs += vec_to_time(tl.sum(ddacs_terms, axis=1), C, R)
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
         if not DIAG_BLOCKS:
