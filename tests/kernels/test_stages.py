@@ -64,7 +64,7 @@ def test_stage_outputs_have_api_dtypes():
 @pytest.mark.parametrize("N,P", [(96, 128), (192, 64), (80, 128)])
 @pytest.mark.parametrize("stage", ["stage4_nblock", "prod", "stage6_statepass", "stage7_streamaux",
                                    "stage9_termsblock", "stage10_fewscratch", "stage11_steptrig",
-                                   "stage15_passwave", "stage16_fusedchunk"])
+                                   "stage15_passwave"])
 def test_nblock_scan_any_n(stage, N, P):
     """N*P > 8192 with N not a power of two: the N-blocked scan masks the last block."""
     c = get_case("small-N128_P128_R4_C8").with_(N=N, P=P, id=f"odd-N{N}-P{P}")
@@ -74,7 +74,7 @@ def test_nblock_scan_any_n(stage, N, P):
 
 @pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage10_fewscratch",
                                    "stage11_steptrig", "stage13_diagpost", "stage14_latesums",
-                                   "stage15_passwave", "stage16_fusedchunk"])
+                                   "stage15_passwave"])
 @pytest.mark.parametrize("N,R,C", [(40, 4, 16), (24, 2, 8), (16, 4, 32)])
 def test_streamed_aux_partial_blocks_and_large_folds(stage, N, R, C):
     """N not a multiple of the aux's 16-column block (a masked last block), and C*R = 128,

@@ -514,22 +514,6 @@ def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr
 
 
 @triton.jit
-def rotated_rows(X, BIAS, ANG, b, h, hq, tpos, ri, cols, S, H, G, N, RD, R: tl.constexpr):
-    """q or k plus its bias, rotated, on one chunk's fused rows (tpos, ri) and any N columns
-    ``cols``: each column's rotate-half partner (cols +- N/2 where cols mod N/2 < RD) is loaded
-    beside it; fp32 [len(rows), len(cols)], 0 where cols >= N."""
-    half = N // 2
-    first = cols < half
-    jn = tl.where(first, cols, cols - half)
-    rot = (jn < RD) & (cols < N)
-    x = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
-    xp = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, tl.where(rot, tl.where(first, cols + half, jn), N),
-                          S, G, N, R)
-    a = tl.load(ANG + ((b * S + tpos[:, None]) * H + h) * RD + jn[None, :], mask=rot[None, :], other=0.0)
-    return tl.cos(a) * x + tl.where(first, -1.0, 1.0)[None, :] * tl.sin(a) * xp
-
-
-@triton.jit
 def angle_grad_pair(d1, d2, x1, x2, cj, sj):
     """d(loss)/d(angle j) through the rotation of the column pair (j, j + N/2): pre-rotation
     values x1, x2, their rotated-domain gradients d1, d2, cos / sin of the angle."""

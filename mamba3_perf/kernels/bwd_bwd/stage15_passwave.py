@@ -43,8 +43,7 @@ def bwd_bwd_state_pass_wave_kernel(
     per program (stage6_statepass.state_pass_loop with TRANS)."""
     stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
                                      tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
-                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True,
-                                     QR_S, QR_S, QR_S, QR_S, 1, 1, False)
+                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)
 
 
 H200_SMS = 132  # the SMs of the device the rule below was measured on

@@ -23,7 +23,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
-    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, rotated_rows, scalar_ptr_or_dummy,
+    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -41,20 +41,15 @@ TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 @triton.jit
 def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, cols, p, S, H, N, P,
                     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr,
-                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr,
-                    Q, QBIAS, ANG, DACS, G, RD, ROT: tl.constexpr):
+                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr):
     """The reverse walk of a state pass program over the chunks of (b, h) ``bh`` for N columns
     ``cols`` and P columns ``p``: DST[c] = the dstates chunk c sees (the gradient w.r.t. the
     state leaving it). INPUTS (stage10): dPhiO from dout (and mimo_o), not the pre kernel's
     DPHIO. TRANS (stage15): the tile is held transposed, [BPB, BNB], so that the increment's dot
-    dPhiO^T qr has P rows. ROT (stage16): no pre kernel ran: qr is rotated here from q, q_bias
-    and the angles, exp(da_cs) and the chunk decay taken from da_cs (QR_S, ECS_S, DECAY_S are
-    not read); otherwise Q .. RD are not read."""
+    dPhiO^T qr has P rows."""
     CR: tl.constexpr = C * R
     nc = S // C
     i, ti, ri = fused_rows(C, R)
-    b = bh // H
-    h = bh % H
     if TRANS:
         mask = (p < P)[:, None] & (cols < N)[None, :]
         run = tl.zeros([BPB, BNB], dtype=tl.float32)
@@ -64,17 +59,12 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
-        if ROT:
-            ecs = tl.exp(load_time(DACS, bh, c * C + ti, S))
-            qr = rotated_rows(Q, QBIAS, ANG, b, h, h // (H // G), c * C + ti, ri, cols, S, H, G, N, RD, R)
-            decay = tl.exp(tl.load(DACS + bh * S + c * C + C - 1))
-        else:
-            ecs = load_time(ECS_S, bh, c * C + ti, S)
-            qr = load_rows(QR_S, bhc, i, cols, N, CR)
-            decay = tl.load(DECAY_S + bhc)
+        ecs = load_time(ECS_S, bh, c * C + ti, S)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
         # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
-        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, c * C + ti,
+        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
                                         ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
+        decay = tl.load(DECAY_S + bhc)
         if TRANS:
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
             run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
@@ -94,8 +84,7 @@ def bwd_bwd_state_pass_kernel(
     """The state pass on a (B*H, N/BNB, P/BPB) grid of [BNB, BPB] dstates tiles (state_pass_loop)."""
     state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, tl.program_id(0).to(tl.int64),
                     tl.program_id(1) * BNB + tl.arange(0, BNB), tl.program_id(2) * BPB + tl.arange(0, BPB),
-                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False,
-                    QR_S, QR_S, QR_S, QR_S, 1, 1, False)
+                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False)
 
 
 @triton.jit
