@@ -29,9 +29,9 @@ from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa
 
 
 def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
-                 stages: int | None = None, sass: bool = False) -> str:
+                 stages: int | None = None, sass: bool = False, maxnreg: int | None = None) -> str:
     t0 = time.time()
-    k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps, stages=stages)
+    k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps, stages=stages, maxnreg=maxnreg)
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
@@ -49,7 +49,8 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
     info = " | ".join(line.split("ptxas info    :")[-1].strip() for line in res.stderr.splitlines()
                       if "Used" in line or "spill" in line)
     report = (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "
-              f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
+              + (f"maxnreg={opts['maxnreg']} " if opts.get("maxnreg") else "")
+              + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
     if sass:
         report += "\n" + instruction_mix(listing).to_string(index=False)
     return report
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="override the dots' input precision PREC (default: the stage's CUDA choice)")
     ap.add_argument("--warps", type=int, default=None, help="override every kernel's num_warps")
     ap.add_argument("--stages", type=int, default=None, help="override every kernel's num_stages")
+    ap.add_argument("--maxnreg", type=int, default=None, help="cap every kernel's registers per thread")
     ap.add_argument("--kernel", default=None, help="only the kernels whose name contains this")
     ap.add_argument("--sass", action="store_true",
                     help="also print each kernel's static SASS instruction mix, whole and per loop")
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
         if a.kernel and a.kernel not in fn.__name__:
             continue
-        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass),
+        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass,
+                           maxnreg=a.maxnreg),
               flush=True)
 
 

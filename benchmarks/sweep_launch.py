@@ -11,6 +11,8 @@ num_stages itself (stage12_pipeaux.aux_launch), so there only num_warps would va
 
     python benchmarks/sweep_launch.py --cases N64_P64_R4_C16 --stage stage10_fewscratch \
         --sweep stream=4:1,4:2,4:3 --sweep pass=4:3,4:1,8:3 --json sweep.json
+    python benchmarks/sweep_launch.py --cases N128_P64_R4_C16 --stage stage15_passwave \
+        --sweep terms=4:1,4:1:168 --json sweep.json     # W:S:R caps registers (maxnreg) at R
 
 ``--warm`` compiles every (case, target, options) of the sweep into TRITON_CACHE_DIR for the
 H200 on a machine without a GPU (python -m mamba3_perf.kernels.codegen warm's path), so the
@@ -35,14 +37,19 @@ TARGETS = {
 }
 
 
-def parse_sweeps(specs: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-    """``TARGET=W:S,W:S`` strings -> [(target, [(num_warps, num_stages), ...])]."""
+def parse_sweeps(specs: list[str]) -> list[tuple[str, list[tuple[int, int, int | None]]]]:
+    """``TARGET=W:S[:R],...`` strings -> [(target, [(num_warps, num_stages, maxnreg), ...])];
+    R caps the registers per thread (Triton's ``maxnreg`` launch option; None: no cap)."""
     out = []
     for spec in specs:
         target, _, configs = spec.partition("=")
-        if target not in TARGETS or not configs:
-            raise SystemExit(f"--sweep {spec!r}: expected TARGET=W:S,... with TARGET in {', '.join(TARGETS)}")
-        out.append((target, [tuple(int(v) for v in c.split(":")) for c in configs.split(",")]))
+        try:
+            parsed = [tuple(int(v) for v in c.split(":")) for c in configs.split(",")]
+        except ValueError:
+            parsed = []
+        if target not in TARGETS or not parsed or any(len(c) not in (2, 3) for c in parsed):
+            raise SystemExit(f"--sweep {spec!r}: expected TARGET=W:S[:R],... with TARGET in {', '.join(TARGETS)}")
+        out.append((target, [c if len(c) == 3 else (*c, None) for c in parsed]))
     return out
 
 
@@ -52,11 +59,14 @@ def launch_dict(target: str) -> dict:
 
 
 @contextlib.contextmanager
-def launch_options(target: str, warps: int, stages: int):
-    """``target``'s launch dict set to (warps, stages) inside, restored on the way out."""
+def launch_options(target: str, warps: int, stages: int, maxnreg: int | None = None):
+    """``target``'s launch dict set to (warps, stages, maxnreg) inside, restored on the way out."""
     d = launch_dict(target)
     saved = dict(d)
     d.update(num_warps=warps, num_stages=stages)
+    d.pop("maxnreg", None)
+    if maxnreg:
+        d["maxnreg"] = maxnreg
     try:
         yield
     finally:
@@ -104,9 +114,9 @@ def main(argv: list[str] | None = None) -> None:
 
         for case in cases:
             for target, configs in sweeps:
-                for warps, stages in configs:
-                    with launch_options(target, warps, stages):
-                        warm_cache(a.stage, case, log=lambda s: print(f"{target} {warps}:{stages} {s}", flush=True))
+                for warps, stages, cap in configs:
+                    with launch_options(target, warps, stages, cap):
+                        warm_cache(a.stage, case, log=lambda s: print(f"{target} {warps}:{stages}:{cap} {s}", flush=True))
         return
 
     from mamba3_perf import backend as be
@@ -122,11 +132,11 @@ def main(argv: list[str] | None = None) -> None:
         golden, ref = oracles(x, case)
         fn = bench.variant_runner(a.stage, case, x)
         for target, configs in sweeps:
-            for warps, stages in configs:
+            for warps, stages, cap in configs:
                 row = {"case_id": case.id, "stage": a.stage, "target": target, "num_warps": warps,
-                       "num_stages": stages}
+                       "num_stages": stages, "maxnreg": cap}
                 try:
-                    with launch_options(target, warps, stages):
+                    with launch_options(target, warps, stages, cap):
                         row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
                 except Exception as e:  # a config that does not compile or launch is a result
                     row.update(status="not runnable", reason=bench.first_line(e))

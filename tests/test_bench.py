@@ -234,9 +234,14 @@ def test_sweep_launch_targets_are_the_kernels_launch_dicts():
     assert mod["launch_dict"]("stream") is stage7_streamaux.STREAM_LAUNCH
     assert mod["launch_dict"]("terms") is stage9_termsblock.LAUNCH
     assert mod["launch_dict"]("pass") is stage6_statepass.PASS_LAUNCH
-    assert mod["parse_sweeps"](["stream=4:1,4:3", "pass=4:3"]) == [("stream", [(4, 1), (4, 3)]), ("pass", [(4, 3)])]
-    with pytest.raises(SystemExit, match="TARGET"):
-        mod["parse_sweeps"](["aux=4:1"])
+    assert mod["parse_sweeps"](["stream=4:1,4:3:168", "pass=4:3"]) == [
+        ("stream", [(4, 1, None), (4, 3, 168)]), ("pass", [(4, 3, None)])]
+    for bad in ("aux=4:1", "stream=4", "stream=4:1:2:3", "stream=four:1"):
+        with pytest.raises(SystemExit, match="TARGET"):
+            mod["parse_sweeps"]([bad])
+    with mod["launch_options"]("terms", 4, 1, 168):  # the register cap travels in the same dict
+        assert stage9_termsblock.LAUNCH == dict(num_warps=4, num_stages=1, maxnreg=168)
+    assert "maxnreg" not in stage9_termsblock.LAUNCH
     before = dict(stage7_streamaux.STREAM_LAUNCH)
     with pytest.raises(RuntimeError):  # a configuration that fails still gives the defaults back
         with mod["launch_options"]("stream", 8, 2):

@@ -123,8 +123,9 @@ def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
 
 
 def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | None = None,
-                   warps: int | None = None, stages: int | None = None):
-    """triton.compile of one captured launch (PREC / num_warps / num_stages optionally overridden)."""
+                   warps: int | None = None, stages: int | None = None, maxnreg: int | None = None):
+    """triton.compile of one captured launch (PREC / num_warps / num_stages / the register cap
+    maxnreg optionally overridden)."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -136,6 +137,10 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
         opts["num_warps"] = warps
     if stages:
         opts["num_stages"] = stages
+    cap = maxnreg or kwargs.pop("maxnreg", None)
+    kwargs.pop("maxnreg", None)
+    if cap:
+        opts["maxnreg"] = cap
     if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
     values = {**dict(zip(fn.arg_names, args)), **kwargs}
