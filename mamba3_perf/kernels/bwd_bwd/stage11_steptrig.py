@@ -167,12 +167,17 @@ def bwd_bwd_post_steptrig_kernel(
              mask=j2 < RD)
 
 
-def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage10's pipeline with this stage's pre and post kernels; ``kw``: more
-    stage7_streamaux.run_with keywords (stages 12-15)."""
-    stage7_streamaux.run_with(x, out, meta, low_precision=True, terms=stage9_termsblock.terms_choice(meta),
+def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
+             **kw) -> None:
+    """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
+    kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
+    stage9_termsblock.terms_choice) (stage16); ``kw``: more stage7_streamaux.run_with keywords
+    (stages 12-15)."""
+    stage7_streamaux.run_with(x, out, meta, low_precision=True,
+                              terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
-                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel),
+                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
+                                                    launch=pre_launch),
                               post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel,
                                                    diag_blocks=False),
                               **kw)

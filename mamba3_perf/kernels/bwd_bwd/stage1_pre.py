@@ -113,9 +113,10 @@ def scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in PRE_SCRATCH)
 
 
-def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None) -> None:
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
-    ``kernel``: another pre kernel of the same signature (stage11)."""
+    ``kernel``: another pre kernel of the same signature (stage11); ``launch``: its launch
+    options (default CHUNK_LAUNCH; stage16)."""
     bk = blocks(meta)
     (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
@@ -123,7 +124,7 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None) -> 
         x["segsum"], x["angles"], *scratch_args(s),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
         C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        **CHUNK_LAUNCH,
+        **(launch or CHUNK_LAUNCH),
     )
 
 
