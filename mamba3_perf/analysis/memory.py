@@ -132,6 +132,8 @@ STAGE_BUFFERS["stage15_passwave"] = {
     "scan": (_B("dstates tile [P,WN]", ("P", "WN"), where="regs"), _B("q [CR,WN]", ("CR", "WN")),
              _B("dPhiO [CR,P]", ("CR", "P"))),
 }
+# stage16 caps registers (launch options only): the same buffers
+STAGE_BUFFERS["stage16_regcap"] = STAGE_BUFFERS["stage15_passwave"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
