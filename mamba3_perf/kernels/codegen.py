@@ -132,15 +132,14 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
     from triton.compiler import ASTSource
 
     kwargs = dict(kwargs)
-    opts = dict(num_warps=kwargs.pop("num_warps", 4), num_stages=kwargs.pop("num_stages", 3))
+    opts = dict(num_warps=kwargs.pop("num_warps", 4), num_stages=kwargs.pop("num_stages", 3),
+                maxnreg=kwargs.pop("maxnreg", None))
     if warps:
         opts["num_warps"] = warps
     if stages:
         opts["num_stages"] = stages
-    cap = maxnreg or kwargs.pop("maxnreg", None)
-    kwargs.pop("maxnreg", None)
-    if cap:
-        opts["maxnreg"] = cap
+    if maxnreg:
+        opts["maxnreg"] = maxnreg
     if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
     values = {**dict(zip(fn.arg_names, args)), **kwargs}
