@@ -3,8 +3,8 @@
 The model is data (:data:`STAGE_BUFFERS`): for each stage, each kernel part (fused, pre, aux,
 scan, post) lists its live buffers with a shape written in the dimension names
 C, R, N, P, CR (= C*R), BN (the scan's N block), TN/TP/BT (stage6's tiles), NB (stage7's
-N block), WN (stage15's state pass block), BK (stage17's k-side block), an element size, and
-where the buffer lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
+N block), WN (stage15's state pass block), an element size, and where the buffer
+lives on a GPU ("regs" for accumulators, "smem" for mma operand tiles). A part's working set
 is the sum of its buffers; a stage fits when every part fits the device:
 
 * GPU: the part's "smem" buffers within the shared memory one block may use (H200: 227 KiB;
@@ -134,16 +134,6 @@ STAGE_BUFFERS["stage15_passwave"] = {
 }
 # stage16 caps registers (launch options only): the same buffers
 STAGE_BUFFERS["stage16_regcap"] = STAGE_BUFFERS["stage15_passwave"]
-# stage17 splits state_terms: the k side holds PsiV and a [BK, P] dstates block, no loop; the
-# value side a [CR,P] dPsiV accumulator and [CR,NB] / [NB,P] operands per step
-STAGE_BUFFERS["stage17_splitterms"] = {
-    **STAGE_BUFFERS["stage16_regcap"],
-    "post": _POST + (
-        _B("PsiV [CR,P]", ("CR", "P")), _B("dstates, states [BK,P]", ("BK", "P"), 2),
-        _B("k, dk [CR,BK]", ("CR", "BK"), 2),
-        _B("dPsiV accumulator [CR,P]", ("CR", "P"), where="regs"), _B("k [CR,NB]", ("CR", "NB")),
-        _B("dstates [NB,P]", ("NB", "P"))),
-}
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
@@ -160,15 +150,13 @@ def dims(stage: str, case: Case) -> dict[str, int]:
     from mamba3_perf.kernels.bwd_bwd.stage7_streamaux import AUX_NBLOCK
     from mamba3_perf.kernels.bwd_bwd.stage9_termsblock import terms_choice
     from mamba3_perf.kernels.bwd_bwd.stage15_passwave import wave_block
-    from mamba3_perf.kernels.bwd_bwd.stage17_splitterms import kside_block
 
     tn, tp = s6.pass_tiles(case)
     narrow_terms = stage in LADDER and LADDER.index(stage) >= LADDER.index("stage9_termsblock")
     terms = terms_choice(case) if narrow_terms else {}
     bt = s6.terms_block(case, terms.get("tile_elems", s6.TERMS_TILE_ELEMS))
     return {"C": case.C, "R": case.R, "N": case.N, "P": case.P, "CR": case.C * case.R, "BN": bn,
-            "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N)), "WN": wave_block(case),
-            "BK": kside_block(case)}
+            "TN": tn, "TP": tp, "BT": bt, "NB": min(AUX_NBLOCK, pow2(case.N)), "WN": wave_block(case)}
 
 
 def _dim(expr: str, env: dict[str, int]) -> int:

@@ -43,20 +43,13 @@ def _capped(launch: dict, cap: int | None) -> dict:
     return dict(launch, maxnreg=cap) if cap else launch
 
 
-def run_with(x: dict, out: dict, meta, *, state_terms=None) -> None:
-    """stage16's pipeline; ``state_terms``: another launcher of the dstates-dependent terms
-    (stage7_streamaux.run_with's; stage17), which takes none of state_terms' caps."""
+def run(x: dict, out: dict, meta) -> None:
     c = caps(meta)
-    terms = stage9_termsblock.terms_choice(meta) if state_terms is None else {}
+    terms = stage9_termsblock.terms_choice(meta)
     if c["terms"] and terms:  # only the narrow state_terms (4 warps) was measured capped
         terms = dict(terms, launch=_capped(terms["launch"], c["terms"]))
     stage15_passwave.run_with(x, out, meta, aux_launch=_capped(stage12_pipeaux.aux_launch(meta), c["aux"]),
-                              pre_launch=_capped(CHUNK_LAUNCH, c["pre"]), terms=terms,
-                              **({} if state_terms is None else dict(state_terms=state_terms)))
-
-
-def run(x: dict, out: dict, meta) -> None:
-    run_with(x, out, meta)
+                              pre_launch=_capped(CHUNK_LAUNCH, c["pre"]), terms=terms)
 
 
 STAGE = register_stage(StageSpec(

@@ -165,7 +165,7 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, state_terms=None) -> None:
+             state_pass=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -176,9 +176,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds);
     ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14);
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
-    the default; stage15); ``state_terms``: the launcher of the dstates-dependent terms, in place
-    of stage6_statepass.launch_state_terms and its ``terms`` options (``(x, s, out, meta, *,
-    inputs)``; stage17)."""
+    the default; stage15)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -189,10 +187,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
                diag_blocks=diag_blocks, late_sums=late_sums)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
-    if state_terms is None:
-        stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
-    else:
-        state_terms(x, s, out, meta, inputs=inputs)
+    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 
