@@ -7,10 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mamba3_perf.traces.schema import COUNT_COLUMNS, METRIC_COLUMNS
+from mamba3_perf.traces.schema import COLUMNS, COUNT_COLUMNS, METRIC_COLUMNS
 
 TAG_ORDER = ("pre", "aux", "scan", "post", "fused", "host", "other")
 BASE_COLUMNS = ("total_us", "share", "count")
+# the warp-state columns (Nsight Compute): cycles between a warp's instructions, and its parts
+STALL_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c.startswith("stall_"))
+WARP_STATE_COLUMNS: tuple[str, ...] = ("cycles_per_issue",) + STALL_COLUMNS
 
 
 def _weighted_means(g: pd.DataFrame) -> dict[str, float]:
@@ -66,5 +69,46 @@ def stage_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     sort = (["variant"] if has_variant else []) + ["_o"]  # regions keep their input order
     out = out.sort_values(sort, kind="stable").reset_index(drop=True)
     for k in keys:
+        out[k] = out[k].astype("string")
+    return out[columns]
+
+
+def leading_stall(row) -> tuple[str, float, float] | None:
+    """(reason, cycles, share of cycles_per_issue) of the stall_* column that is largest in
+    ``row`` (a mapping), or None where the row has no stall values."""
+    vals = {c: row.get(c) for c in STALL_COLUMNS}
+    vals = {c: float(v) for c, v in vals.items() if v is not None and not pd.isna(v)}
+    if not vals:
+        return None
+    col = max(vals, key=vals.get)
+    total = row.get("cycles_per_issue")
+    share = vals[col] / float(total) if total is not None and not pd.isna(total) and total > 0 else np.nan
+    return col.removeprefix("stall_"), vals[col], share
+
+
+def kernel_stalls(df: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel (and variant, stage tag) with warp-state data: device time, then
+    cycles_per_issue and each stall_* column as duration-weighted means over its launches, and
+    ``leading`` (the largest stall's reason). Longest kernels first; empty where no row of ``df``
+    has cycles_per_issue."""
+    keys = [k for k in ("variant", "stage_tag", "kernel_name") if k in df.columns]
+    columns = keys + ["total_us", *WARP_STATE_COLUMNS, "leading"]
+    have = df[df["cycles_per_issue"].notna()] if "cycles_per_issue" in df.columns else df.iloc[:0]
+    if have.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="string" if c in (*keys, "leading") else "float64")
+                             for c in columns})
+    rows = []
+    for key, g in have.groupby(keys, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        w = g["dur_us"].to_numpy(float)
+        rec = {**dict(zip(keys, key)), "total_us": float(w.sum())}
+        for c in WARP_STATE_COLUMNS:
+            ok = g[c].notna().to_numpy() & (w > 0) if c in g.columns else np.zeros(len(g), bool)
+            rec[c] = float(np.dot(g[c].to_numpy(float)[ok], w[ok]) / w[ok].sum()) if ok.any() else np.nan
+        lead = leading_stall(rec)
+        rec["leading"] = lead[0] if lead else pd.NA
+        rows.append(rec)
+    out = pd.DataFrame(rows).sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    for k in (*keys, "leading"):
         out[k] = out[k].astype("string")
     return out[columns]

@@ -31,8 +31,8 @@ def import_trace(
 ):
     """Import PATH (Ascend torch_npu/msprof, Kineto, ncu CSV, proton) and print its stage breakdown."""
     from mamba3_perf import runs
-    from mamba3_perf.analysis.breakdown import stage_breakdown
-    from mamba3_perf.reports.console import breakdown_table
+    from mamba3_perf.analysis.breakdown import kernel_stalls, stage_breakdown
+    from mamba3_perf.reports.console import breakdown_table, stall_table
     from mamba3_perf.traces import load
 
     console = Console()
@@ -45,8 +45,13 @@ def import_trace(
     else:
         events = load(path, case_id=case, variant=stage)
     sources = ", ".join(sorted(events["source"].unique()))
+    # tables rendered at their own width: soft wrap leaves long lines to the terminal
     console.print(breakdown_table(stage_breakdown(events),
-                                  title=f"Stage breakdown - {path.name} ({sources}, {len(events)} events)"))
+                                  title=f"Stage breakdown - {path.name} ({sources}, {len(events)} events)"),
+                  soft_wrap=True)
+    stalls = stall_table(kernel_stalls(events))
+    if stalls:
+        console.print(stalls, soft_wrap=True)
     if out is not None:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         run_name = name or f"import-{path.name.split('.')[0]}-{stamp}"

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mamba3_perf.analysis.breakdown import STALL_COLUMNS, WARP_STATE_COLUMNS, leading_stall
 from mamba3_perf.analysis.ladder import LadderSummary
 
 
@@ -83,10 +84,12 @@ def breakdown_table(breakdown: pd.DataFrame, *, title: str = "Stage breakdown",
                     width: int = 160) -> str:
     """A breakdown frame (stage_tag, total_us, share, count, metric means) as a table.
 
-    Metric columns that are empty throughout are left out; a ``variant`` column is kept first.
+    Metric columns that are empty throughout are left out, and so are the warp-state columns
+    (:func:`stall_table` shows them per kernel); a ``variant`` column is kept first.
     """
     lead = [c for c in ("variant", "stage_tag", "total_us", "share", "count") if c in breakdown.columns]
-    rest = [c for c in breakdown.columns if c not in lead and breakdown[c].notna().any()]
+    rest = [c for c in breakdown.columns
+            if c not in lead and c not in WARP_STATE_COLUMNS and breakdown[c].notna().any()]
     rows = []
     for r in breakdown.to_dict("records"):
         row = []
@@ -96,6 +99,32 @@ def breakdown_table(breakdown: pd.DataFrame, *, title: str = "Stage breakdown",
                        ("-" if pd.isna(v) else str(v)))
         rows.append(row)
     return render(_table(title, lead + rest, rows), width=width)
+
+
+# short headers for the stall reasons (ncu's names, abbreviated)
+_STALL_SHORT = {"long_scoreboard": "long_sb", "short_scoreboard": "short_sb", "mio_throttle": "mio",
+                "math_pipe_throttle": "math"}
+
+
+def stall_table(stalls: pd.DataFrame, *, title: str = "Warp stalls per kernel",
+                width: int = 160) -> str:
+    """A :func:`mamba3_perf.analysis.breakdown.kernel_stalls` frame as a table: per kernel its
+    device time, the cycles between two instructions a warp issues (cyc/issue), how many of
+    them each stall reason takes, and the leading reason with its share ('' for an empty
+    frame)."""
+    if stalls.empty:
+        return ""
+    keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in stalls.columns]
+    reasons = [c for c in STALL_COLUMNS if stalls[c].notna().any()]
+    short = [_STALL_SHORT.get(c.removeprefix("stall_"), c.removeprefix("stall_")) for c in reasons]
+    rows = []
+    for r in stalls.to_dict("records"):
+        lead = leading_stall(r)
+        rows.append([("-" if pd.isna(r[k]) else str(r[k])) for k in keys]
+                    + [_num(r["total_us"]), _num(r["cycles_per_issue"], "{:.2f}")]
+                    + [_num(r[c], "{:.2f}") for c in reasons]
+                    + ["-" if lead is None else f"{_STALL_SHORT.get(lead[0], lead[0])} {_pct(lead[2])}"])
+    return render(_table(title, keys + ["total_us", "cyc/issue"] + short + ["leading"], rows), width=width)
 
 
 def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",

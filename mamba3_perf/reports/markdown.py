@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, leading_stall
 from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
 
 INTERPRETER_WARNING = ("**Timings below are Triton-interpreter timings (CPU), not device timings:"
@@ -86,9 +87,13 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None) -> str:
             continue
         top = bd.sort_values("total_us", ascending=False).iloc[0]
         metrics = [c for c in bd.columns
-                   if c not in ("variant", "stage_tag", "total_us", "share", "count")
+                   if c not in ("variant", "stage_tag", "total_us", "share", "count", *WARP_STATE_COLUMNS)
                    and pd.api.types.is_numeric_dtype(bd[c]) and not pd.isna(top[c])]
         util = ", ".join(f"{c} {top[c]:.3g}" for c in metrics) or "no utilization metrics in the trace"
+        lead = leading_stall(top)
+        if lead is not None:
+            util += (f"; its warps stall most on {lead[0]} ({lead[1]:.2f} of the "
+                     f"{top['cycles_per_issue']:.2f} cycles between two issues of a warp)")
         who = f"`{_cell(variant)}`: " if variant is not None else ""
         share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
         parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of device "

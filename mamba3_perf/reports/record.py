@@ -29,13 +29,18 @@ def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFr
     return table, summarize_ladder(table), cases, spec
 
 
+def _whole_kernels(events: pd.DataFrame) -> pd.DataFrame:
+    """The whole-kernel rows (region rows would count kernels twice)."""
+    if "region" in events.columns and events["region"].notna().any():
+        return events[events["region"].isna()]
+    return events
+
+
 def run_breakdown(events: pd.DataFrame) -> pd.DataFrame:
-    """Stage breakdown of the whole-kernel rows (region rows would count kernels twice)."""
+    """Stage breakdown of the whole-kernel rows."""
     from mamba3_perf.analysis.breakdown import stage_breakdown
 
-    if "region" in events.columns and events["region"].notna().any():
-        events = events[events["region"].isna()]
-    bd = stage_breakdown(events)
+    bd = stage_breakdown(_whole_kernels(events))
     return bd if "variant" in bd.columns else bd.assign(variant="(all)")
 
 
@@ -46,6 +51,7 @@ class RunReport:
     breakdown: pd.DataFrame | None
     written: tuple[Path, ...]  # report.md, then its charts
     notes: tuple[str, ...] = ()  # what was not written, and why
+    stalls: pd.DataFrame | None = None  # warp stalls per kernel (ncu runs), analysis.breakdown.kernel_stalls
 
 
 def write_run_report(run, md_path: str | Path | None = None, *,
@@ -57,26 +63,33 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
 
+    from mamba3_perf.analysis.breakdown import kernel_stalls
+
     table, summary, _, _ = ladder_with_limits(run.table("timings"), run.meta, baseline=baseline)
-    breakdown = run_breakdown(run.table("events")) if run.has("events") else None
+    events = run.table("events") if run.has("events") else None
+    breakdown = run_breakdown(events) if events is not None else None
+    stalls = kernel_stalls(_whole_kernels(events)) if events is not None else None
     md = Path(md_path) if md_path is not None else run.path / "report.md"
     write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
     try:
         from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     except ImportError as e:
-        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",))
+        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), stalls)
     written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
     if breakdown is not None and not breakdown.empty:
         written.append(write_html(stage_breakdown_chart(breakdown),
                                   md.with_name(md.stem + "-breakdown.html")))
-    return RunReport(table, summary, breakdown, tuple(written))
+    return RunReport(table, summary, breakdown, tuple(written), stalls=stalls)
 
 
 def console_text(rep: RunReport, *, title: str) -> str:
-    """Run summary, ladder means and (when traced) the stage breakdown as plain text."""
-    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary
+    """Run summary, ladder means and (when traced) the stage breakdown as plain text, and the
+    warp stalls per kernel where ncu measured them."""
+    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary, stall_table
 
     parts = [run_summary(rep.table, title=title), ladder_means(rep.summary)]
     if rep.breakdown is not None and not rep.breakdown.empty:
         parts.append(breakdown_table(rep.breakdown))
+    if rep.stalls is not None and not rep.stalls.empty:
+        parts.append(stall_table(rep.stalls))
     return "\n".join(parts)

@@ -30,6 +30,10 @@ from mamba3_perf.traces._io import NA_CELLS, number_or_na, serialized_starts
 from mamba3_perf.traces.attribution import label
 from mamba3_perf.traces.schema import conform
 
+# the warp-stall reasons with a schema column (stall_<reason>), of the ~20 ncu splits
+# cycles_per_issue into; the raw page of the WarpStateStats section has all of them
+STALL_REASONS = ("long_scoreboard", "barrier", "short_scoreboard", "mio_throttle", "wait",
+                 "math_pipe_throttle", "gmma")
 # metric (raw name or details display name) -> schema column; first present wins per column
 METRICS: dict[str, str] = {
     "gpu__time_duration.sum": "dur_us",
@@ -47,6 +51,10 @@ METRICS: dict[str, str] = {
     "launch__grid_size": "block_dim",
     "Grid Size": "block_dim",
     "smsp__inst_executed.sum": "instructions",
+    "smsp__average_warp_latency_per_inst_issued.ratio": "cycles_per_issue",
+    "Warp Cycles Per Issued Instruction": "cycles_per_issue",
+    **{f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio": f"stall_{reason}"
+       for reason in STALL_REASONS},
 }
 # schema column -> metrics added together (those present)
 SUMMED: dict[str, tuple[str, ...]] = {

@@ -77,12 +77,23 @@ KERNEL_EVENTS: tuple[Column, ...] = (
     Column("warps_active_pct", "float64", "%", False, "sm__warps_active.avg.pct_of_peak_sustained_active (occupancy)"),
     Column("dram_bytes", "float64", "B", False, "dram__bytes_read.sum + dram__bytes_write.sum"),
     Column("instructions", "float64", "inst", False, "executed warp instructions of the launch: smsp__inst_executed.sum, or on an ncu details page Executed Ipc Active x SM Active Cycles x # SMs (the same count: per-SM rate x average active cycles x SMs)"),
+    # NVIDIA warp state (Nsight Compute): the cycles between two instructions a warp issues, and
+    # how many of them it spent stalled for each leading reason (raw page, WarpStateStats section)
+    Column("cycles_per_issue", "float64", "cycles", False, "smsp__average_warp_latency_per_inst_issued.ratio ('Warp Cycles Per Issued Instruction'): cycles between two instructions one warp issues; the stall_* columns are parts of it"),
+    Column("stall_long_scoreboard", "float64", "cycles", False, "of cycles_per_issue, waiting for a global or local memory (L1TEX) result: smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"),
+    Column("stall_barrier", "float64", "cycles", False, "waiting at a block-wide barrier: smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"),
+    Column("stall_short_scoreboard", "float64", "cycles", False, "waiting for a shared-memory or special-function (MUFU) result: smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"),
+    Column("stall_mio_throttle", "float64", "cycles", False, "the memory input/output queue (shared memory, special functions) full: smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"),
+    Column("stall_wait", "float64", "cycles", False, "a fixed-latency dependency: smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"),
+    Column("stall_math_pipe_throttle", "float64", "cycles", False, "the math pipe it needs busy: smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio"),
+    Column("stall_gmma", "float64", "cycles", False, "waiting for a Hopper warpgroup MMA (wgmma): smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"),
 )
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in KERNEL_EVENTS)
 REQUIRED: tuple[str, ...] = tuple(c.name for c in KERNEL_EVENTS if c.required)
+# rates and per-instruction cycles: averaged over launches (duration-weighted), not summed
 METRIC_COLUMNS: tuple[str, ...] = tuple(
-    c.name for c in KERNEL_EVENTS if c.unit in ("ratio", "%")
+    c.name for c in KERNEL_EVENTS if c.unit in ("ratio", "%", "cycles")
 )
 # per-launch hardware counts (not rates): summed over launches, not averaged
 COUNT_COLUMNS: tuple[str, ...] = ("dram_bytes", "instructions")

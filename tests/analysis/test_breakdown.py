@@ -68,3 +68,26 @@ def test_real_op_summary_breakdown():
     # two sanitized_kernel tasks: 42399.120 + 42058.480 us; aic_scalar_ratio 0.841 and 0.947
     assert out.total_us.tolist() == [pytest.approx(84457.6)]
     assert out.aic_scalar_ratio[0] == pytest.approx((42399.12 * 0.841 + 42058.48 * 0.947) / 84457.6)
+
+
+def test_kernel_stalls_weighted_per_kernel_and_leading_reason():
+    from mamba3_perf.analysis.breakdown import kernel_stalls, leading_stall
+
+    df = _events([
+        {"kernel_name": "a", "stage_tag": "aux", "dur_us": 30.0, "cycles_per_issue": 8.0,
+         "stall_long_scoreboard": 2.0, "stall_barrier": 3.0},
+        {"kernel_name": "a", "stage_tag": "aux", "dur_us": 10.0, "cycles_per_issue": 12.0,
+         "stall_long_scoreboard": 6.0, "stall_barrier": 1.0},
+        {"kernel_name": "b", "stage_tag": "pre", "dur_us": 50.0, "cycles_per_issue": 4.0, "stall_wait": 1.0},
+        {"kernel_name": "c", "stage_tag": "post", "dur_us": 99.0},  # no warp-state data: left out
+    ])
+    out = kernel_stalls(df)
+    assert out.kernel_name.tolist() == ["b", "a"]  # longest first
+    a = out.set_index("kernel_name").loc["a"]
+    assert a.total_us == 40.0 and a.cycles_per_issue == pytest.approx(9.0)  # (30*8 + 10*12) / 40
+    assert a.stall_long_scoreboard == pytest.approx(3.0) and a.stall_barrier == pytest.approx(2.5)
+    assert a.leading == "long_scoreboard" and np.isnan(a.stall_wait)
+    assert leading_stall(a.to_dict()) == ("long_scoreboard", pytest.approx(3.0), pytest.approx(3.0 / 9.0))
+    assert out.set_index("kernel_name").loc["b", "leading"] == "wait"
+    assert kernel_stalls(df[df.kernel_name == "c"]).empty
+    assert leading_stall({"cycles_per_issue": 3.0}) is None

@@ -24,6 +24,8 @@ def test_report_writes_record_and_charts(run_dir):
     md = (run_dir / "report.md").read_text()
     assert md.startswith("**Timings below are Triton-interpreter timings")
     assert "dominates" in md
+    assert "Warp stalls per kernel" in res.output and "long_sb 50.0%" in res.output
+    assert "stall most on long_scoreboard (4.50 of the 9.00 cycles" in md
     assert (run_dir / "report-ladder.html").exists() and (run_dir / "report-breakdown.html").exists()
 
 

@@ -1,4 +1,6 @@
 """Console, markdown, charts and timeline outputs from synthetic frames; HTML escaping."""
+from pathlib import Path
+
 import pandas as pd
 
 from mamba3_perf.analysis.ladder import (
@@ -35,6 +37,21 @@ def test_console_summary():
     assert "[bold]aux[/bold]" in out  # markup in names is shown as text
 
 
+def test_stall_table_and_breakdown_keep_warp_state_apart():
+    from mamba3_perf.analysis.breakdown import kernel_stalls, stage_breakdown
+    from mamba3_perf.reports.console import stall_table
+    from mamba3_perf.traces import parse_ncu
+
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage16_regcap-stalls-raw.csv"
+    events = parse_ncu(rec)
+    text = stall_table(kernel_stalls(events), width=220)
+    assert "bwd_bwd_state_terms_kernel" in text and "10.91" in text and "long_sb 46.7%" in text
+    assert "cyc/issue" in text and "barrier" in text
+    bd = breakdown_table(stage_breakdown(events), width=220)
+    assert "cycles_per_issue" not in bd and "stall_" not in bd and "warps_active_pct" in bd
+    assert stall_table(kernel_stalls(events.drop(columns=["cycles_per_issue"]))) == ""
+
+
 def test_markdown_record():
     table = _table()
     md = optimization_record({"timing_kind": "interpreter", "device": "cpu", "git_commit": "abc"},
@@ -52,6 +69,13 @@ def test_markdown_record():
                                                       "share": [0.9, 0.1], "count": [2, 1],
                                                       "tensor_pipe_pct": [6.8, 1.0]}))
     assert dev.startswith("# ") and "**scan** dominates with 90%" in dev and "tensor_pipe_pct 6.8" in dev
+    stalled = optimization_record({"timing_kind": "device", "device": "NVIDIA H200"}, _table("device"),
+                                  summarize_ladder(_table("device")),
+                                  breakdown=pd.DataFrame({"stage_tag": ["scan"], "total_us": [9.0], "share": [1.0],
+                                                          "count": [1], "cycles_per_issue": [10.0],
+                                                          "stall_long_scoreboard": [4.0], "stall_barrier": [1.5]}))
+    assert "stall most on long_scoreboard (4.00 of the 10.00 cycles" in stalled
+    assert "cycles_per_issue 10" not in stalled
 
 
 def test_charts_escape_and_write(tmp_path):

@@ -26,3 +26,11 @@ def test_import_help_and_bad_input(tmp_path):
     bad.write_text("")
     res = runner.invoke(app, ["import", str(bad)])
     assert res.exit_code != 0 and "empty" in str(res.exception)
+
+
+def test_import_of_an_ncu_stall_capture_prints_the_stall_table():
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage16_regcap-stalls-raw.csv"
+    res = CliRunner().invoke(app, ["import", str(rec), "--stage", "stage16_regcap"])
+    assert res.exit_code == 0, res.output
+    assert "Stage breakdown" in res.output and "Warp stalls per kernel" in res.output
+    assert "long_sb" in res.output

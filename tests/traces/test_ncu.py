@@ -88,3 +88,27 @@ def test_bad_ncu_raises(tmp_path, text, message):
     f.write_text(text)
     with pytest.raises(ParseError, match=message):
         parse_ncu(f)
+
+
+def test_warp_stalls_from_a_raw_page():
+    """The WarpStateStats raw page of stage16 on N128_P64_R4_C16 (records/ncu-N128_P64_R4_C16/
+    stage16_regcap-stalls-raw.csv), values read from the file: state_terms 10.91 cycles per
+    issued instruction, 5.10 of them long scoreboard, 1.75 barrier; chunk_sum 20.11 / 18.16."""
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16"
+    df = parse_ncu(rec / "stage16_regcap-stalls-raw.csv").set_index("kernel_name")
+    terms = df.loc["bwd_bwd_state_terms_kernel"]
+    assert (terms.cycles_per_issue, terms.stall_long_scoreboard, terms.stall_barrier) == (10.91, 5.10, 1.75)
+    assert (terms.stall_short_scoreboard, terms.stall_mio_throttle, terms.stall_wait) == (0.92, 0.66, 1.10)
+    chunk = df.loc["bwd_bwd_chunk_sum_kernel"]
+    assert (chunk.cycles_per_issue, chunk.stall_long_scoreboard, chunk.stall_barrier) == (20.11, 18.16, 0.0)
+    stalls = df[[c for c in df.columns if c.startswith("stall_")]]
+    assert stalls.notna().all().all() and (stalls.sum(axis=1) <= df.cycles_per_issue).all()
+
+
+def test_cycles_per_issue_from_a_details_page():
+    # Warp Cycles Per Issued Instruction: pre 8.11, aux 7.84 (stage15's details page); no stall split there
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16"
+    df = parse_ncu(rec / "stage15_passwave-details.csv").set_index("kernel_name")
+    assert df.loc["bwd_bwd_pre_steptrig_kernel", "cycles_per_issue"] == 8.11
+    assert df.loc["bwd_bwd_aux_streamed_kernel", "cycles_per_issue"] == 7.84
+    assert df["stall_long_scoreboard"].isna().all()
