@@ -27,7 +27,8 @@ def profile(
     name: Optional[str] = typer.Option(None, help="run name (default profile-<case>-<UTC time>)"),
     gpu_baseline: Optional[Path] = typer.Option(None, help="recorded TileLang baseline JSON for the "
                                                            "ratio column (default: packaged H200 record)"),
-    hw_metrics: bool = typer.Option(False, "--hw-metrics", help="add Nsight Compute metrics (CUDA, ncu): pipe utilization, DRAM bytes, instructions, warp stalls"),
+    hw_metrics: bool = typer.Option(False, "--hw-metrics", help="add Nsight Compute metrics (CUDA, ncu): "
+                                    "pipe utilization, DRAM bytes, instructions, warp stalls"),
     force: bool = typer.Option(False, "--force", help="run a shape the CPU interpreter would take long on"),
     no_tilelang: bool = typer.Option(False, "--no-tilelang", help="skip the live upstream TileLang row"),
 ):
