@@ -33,7 +33,8 @@ LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfol
                            "stage7_streamaux", "stage8_mixprec", "stage9_termsblock",
                            "stage10_fewscratch", "stage11_steptrig",
                            "stage12_pipeaux", "stage13_diagpost",
-                           "stage14_latesums", "stage15_passwave", "stage16_regcap")
+                           "stage14_latesums", "stage15_passwave", "stage16_regcap",
+                           "stage17_scanpass")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

@@ -17,3 +17,4 @@ from mamba3_perf.kernels.bwd_bwd import stage13_diagpost  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage14_latesums  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage15_passwave  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage16_regcap  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage17_scanpass  # noqa: F401

@@ -76,13 +76,15 @@ def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> N
     )
 
 
-def run_with(x: dict, out: dict, meta, *, aux_launch: dict | None = None, **kw) -> None:
+def run_with(x: dict, out: dict, meta, *, aux_launch: dict | None = None, state_pass=None, **kw) -> None:
     """stage15's pipeline; ``aux_launch``: the streamed aux's launch options (default
-    stage12_pipeaux.aux_launch); ``kw``: more stage11_steptrig.run_with keywords (stage16)."""
+    stage12_pipeaux.aux_launch); ``state_pass``: the state pass's launcher in place of this
+    stage's choice (stage17); ``kw``: more stage11_steptrig.run_with keywords (stage16)."""
+    if state_pass is None:
+        state_pass = launch_state_pass_wave if uses_wave(meta) else None
     stage11_steptrig.run_with(x, out, meta, aux_launch=aux_launch or stage12_pipeaux.aux_launch(meta),
                               diag_blocks=stage13_diagpost.moves_diagonal(meta),
-                              late_sums=stage14_latesums.sums_late(meta),
-                              state_pass=launch_state_pass_wave if uses_wave(meta) else None, **kw)
+                              late_sums=stage14_latesums.sums_late(meta), state_pass=state_pass, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

@@ -59,18 +59,37 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
-        ecs = load_time(ECS_S, bh, c * C + ti, S)
-        qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
-        _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
-                                        ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
-        decay = tl.load(DECAY_S + bhc)
         if TRANS:
+            dphio_e, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
+                                        C, R, REDUCE_O, INPUTS)
+            decay = tl.load(DECAY_S + bhc)
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
-            run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
+            run = run * decay + tl.dot(tl.trans(dphio_e), qr, input_precision=PREC)
         else:
+            ecs = load_time(ECS_S, bh, c * C + ti, S)
+            qr = load_rows(QR_S, bhc, i, cols, N, CR)
+            # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
+            _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i,
+                                            c * C + ti, ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
+            decay = tl.load(DECAY_S + bhc)
             tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
             run = dstates_step(run, decay, qr, dphio, ecs, PREC)
+
+
+@triton.jit
+def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
+                  C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr):
+    """The operands of chunk c's term of the reverse recurrence, dPhiO exp(da_cs) [C*R, len(p)]
+    and qr [C*R, len(cols)]: the term is (dPhiO exp(da_cs))^T qr on a transposed tile (stage15)."""
+    CR: tl.constexpr = C * R
+    bhc = bh * (S // C) + c
+    i, ti, ri = fused_rows(C, R)
+    ecs = load_time(ECS_S, bh, c * C + ti, S)
+    qr = load_rows(QR_S, bhc, i, cols, N, CR)
+    # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
+    _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
+                                    ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
+    return dphio * ecs[:, None], qr
 
 
 @triton.jit
