@@ -15,6 +15,14 @@ instructions, 692 of them integer (benchmarks/ptxas_stage.py --sass). Here:
 
 The same products as stage15's pass (same precision); DST ends identical up to the rounding of
 the separate add. Everything else is stage16.
+
+Measured on the H200 with this pass on every shape (records/h200-scanpass-205f466.json, stage16
+/ stage17 device time, golden 288/288): 1.02-1.06x where a chunk has C*R = 64 fused rows and
+P >= 64 (N128_P64_R4_C16 4.01 -> 3.90 ms: the pass's 595 us became 331 us of increments and
+148 us of scan, the scan near its HBM floor of 0.54 GB, the increment kernel at a third of
+its own), 0.94-0.97x where C*R = 32 (twice the chunks, each increment a K = 32 product: the
+per-program cost outweighs the work) or P = 32. So :func:`splits_pass` takes it where
+C*R >= 64 and P >= 64; elsewhere this stage is stage16.
 """
 from __future__ import annotations
 
@@ -93,8 +101,14 @@ def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     )
 
 
+def splits_pass(meta) -> bool:
+    """Whether the state pass runs as increments + scan for ``meta``: C*R >= 64 fused rows and
+    P >= 64, where it measured faster (module docstring)."""
+    return meta.C * meta.R >= 64 and meta.P >= 64
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass)
+    stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass if splits_pass(meta) else None)
 
 
 _S16 = stage16_regcap.STAGE.kernels
@@ -105,9 +119,10 @@ STAGE = register_stage(StageSpec(
     summary="the state pass as every chunk's increment at once (a parallel product) and an "
             "elementwise in-place scan with its loads a step ahead",
     entry=run,
+    # stage16's state pass kernels stay in the list: the shapes outside splits_pass launch them
     kernels=_S16[:_SCAN] + (
         KernelSpec("bwd_bwd_pass_increment_kernel", Tag.AUX, "each chunk's dstates increment, (dPhiO e)^T qr"),
         KernelSpec("bwd_bwd_pass_scan_kernel", Tag.SCAN, "elementwise in-place reverse scan over the chunks"),
-    ) + tuple(k for k in _S16[_SCAN:] if k.tag != Tag.SCAN),
+    ) + _S16[_SCAN:],
     zero_outputs=False,
 ))

@@ -1,0 +1,35 @@
+"""stage17_scanpass: its shape rule, and its two pass kernels against the golden on shapes the
+rule leaves to stage16 (forced on), including a single chunk (the scan's look-ahead masks)."""
+import pytest
+
+from mamba3_perf.kernels import api, cases, get_case, make_inputs
+from mamba3_perf.kernels.bwd_bwd import stage17_scanpass
+from mamba3_perf.kernels.cases import Case
+from mamba3_perf.kernels.checking import check_stage
+
+
+def _meta(case):
+    return api.validate(**make_inputs(case), chunk_size=case.C, rotary_dim_divisor=case.rotary_dim_divisor)
+
+
+@pytest.mark.parametrize("case_id,split", [
+    ("small-N128_P64_R4_C16", True), ("small-N32_P64_R4_C16", True), ("small-N64_P128_R4_C16", True),
+    ("small-N128_P64_R8_C8", True), ("small-N128_P64_R1_C64", True),
+    ("small-N16_P64_R4_C8", False), ("small-N256_P64_R4_C8", False), ("small-N128_P128_R4_C8", False),
+    ("small-N128_P32_R4_C16", False),
+])
+def test_split_pass_follows_the_measured_rule(case_id, split):
+    assert stage17_scanpass.splits_pass(_meta(get_case(case_id))) is split
+
+
+FORCED = [c for s in ("pairwise", "tail") for c in cases(s)] + [
+    Case(id="one-chunk", B=1, S=16, H=2, G=1, N=16, P=16, R=2, C=16, dtype="bfloat16"),
+    Case(id="two-chunks-P24", B=2, S=32, H=2, G=2, N=32, P=24, R=2, C=16, dtype="float32"),
+]
+
+
+@pytest.mark.parametrize("case", FORCED, ids=lambda c: c.id)
+def test_split_pass_matches_golden_where_forced(monkeypatch, case):
+    monkeypatch.setattr(stage17_scanpass, "splits_pass", lambda meta: True)
+    rows = check_stage("stage17_scanpass", case)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
