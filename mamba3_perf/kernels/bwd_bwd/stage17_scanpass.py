@@ -11,7 +11,7 @@ instructions, 692 of them integer (benchmarks/ptxas_stage.py --sass). Here:
   and writes it where the pass writes that chunk's dstates (DST[c], [N, P] fp32);
 * ``pass_scan`` walks the chunks per (b, h) and block of SCAN_BLOCK elements of [N, P], in
   place: u = DST[c]; DST[c] = run; run = run * decay_c + u, with the next chunks' terms loaded
-  SCAN_AHEAD steps ahead, so that a step waits for no load and does no product.
+  two chunks ahead, so that a step waits for no load and does no product.
 
 The same products as stage15's pass (same precision); DST ends identical up to the rounding of
 the separate add. Everything else is stage16.
@@ -65,8 +65,8 @@ def bwd_bwd_pass_scan_kernel(
 ):
     """The recurrence over the chunks of (b, h) = program 0 for [N, P] elements
     [j*BLOCK, j*BLOCK + BLOCK), in place over the terms the increment kernel left in DST: each
-    chunk's slot ends holding the dstates that chunk sees. The next chunk's term is loaded one
-    step ahead (two in flight)."""
+    chunk's slot ends holding the dstates that chunk sees. Each step loads the term of the chunk
+    two steps on, so the next two are in registers when their steps begin."""
     bh = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = e < NP
@@ -117,7 +117,7 @@ STAGE = register_stage(StageSpec(
     name="stage17_scanpass",
     parent="stage16_regcap",
     summary="the state pass as every chunk's increment at once (a parallel product) and an "
-            "elementwise in-place scan with its loads a step ahead",
+            "elementwise in-place scan with its loads two chunks ahead",
     entry=run,
     # stage16's state pass kernels stay in the list: the shapes outside splits_pass launch them
     kernels=_S16[:_SCAN] + (
