@@ -16,9 +16,10 @@ STALL_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c.startswith("stall
 WARP_STATE_COLUMNS: tuple[str, ...] = ("cycles_per_issue",) + STALL_COLUMNS
 
 
-def _weighted_means(g: pd.DataFrame) -> dict[str, float]:
+def _weighted_means(g: pd.DataFrame, columns=METRIC_COLUMNS) -> dict[str, float]:
+    """Each of ``columns`` as its duration-weighted mean over the rows of ``g`` that have it."""
     out = {}
-    for m in METRIC_COLUMNS:
+    for m in columns:
         if m not in g.columns:
             out[m] = np.nan
             continue
@@ -100,11 +101,8 @@ def kernel_stalls(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, g in have.groupby(keys, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        w = g["dur_us"].to_numpy(float)
-        rec = {**dict(zip(keys, key)), "total_us": float(w.sum())}
-        for c in WARP_STATE_COLUMNS:
-            ok = g[c].notna().to_numpy() & (w > 0) if c in g.columns else np.zeros(len(g), bool)
-            rec[c] = float(np.dot(g[c].to_numpy(float)[ok], w[ok]) / w[ok].sum()) if ok.any() else np.nan
+        rec = {**dict(zip(keys, key)), "total_us": float(g["dur_us"].sum()),
+               **_weighted_means(g, WARP_STATE_COLUMNS)}
         lead = leading_stall(rec)
         rec["leading"] = lead[0] if lead else pd.NA
         rows.append(rec)
