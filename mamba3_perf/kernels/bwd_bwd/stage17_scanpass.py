@@ -51,9 +51,9 @@ def bwd_bwd_pass_increment_kernel(
     _b, _h, c, bh, bhc = chunk_coords(H, S // C)
     cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
     p = tl.arange(0, BP)
-    dphio_e, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p,
-                                                 S, H, N, P, C, R, REDUCE_O, INPUTS)
-    inc = tl.dot(tl.trans(dphio_e), qr, input_precision=PREC)  # [BP, BNB]
+    dphio, ecs, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p,
+                                                    S, H, N, P, C, R, REDUCE_O, INPUTS)
+    inc = tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)  # [BP, BNB]
     tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], inc,
              mask=(p < P)[:, None] & (cols < N)[None, :])
 

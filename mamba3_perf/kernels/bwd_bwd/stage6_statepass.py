@@ -47,9 +47,7 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
     state leaving it). INPUTS (stage10): dPhiO from dout (and mimo_o), not the pre kernel's
     DPHIO. TRANS (stage15): the tile is held transposed, [BPB, BNB], so that the increment's dot
     dPhiO^T qr has P rows."""
-    CR: tl.constexpr = C * R
     nc = S // C
-    i, ti, ri = fused_rows(C, R)
     if TRANS:
         mask = (p < P)[:, None] & (cols < N)[None, :]
         run = tl.zeros([BPB, BNB], dtype=tl.float32)
@@ -59,19 +57,13 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
+        dphio, ecs, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
+                                       C, R, REDUCE_O, INPUTS)
+        decay = tl.load(DECAY_S + bhc)
         if TRANS:
-            dphio_e, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
-                                        C, R, REDUCE_O, INPUTS)
-            decay = tl.load(DECAY_S + bhc)
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
-            run = run * decay + tl.dot(tl.trans(dphio_e), qr, input_precision=PREC)
+            run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
         else:
-            ecs = load_time(ECS_S, bh, c * C + ti, S)
-            qr = load_rows(QR_S, bhc, i, cols, N, CR)
-            # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
-            _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i,
-                                            c * C + ti, ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
-            decay = tl.load(DECAY_S + bhc)
             tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
             run = dstates_step(run, decay, qr, dphio, ecs, PREC)
 
@@ -79,8 +71,8 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
 @triton.jit
 def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
                   C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr):
-    """The operands of chunk c's term of the reverse recurrence, dPhiO exp(da_cs) [C*R, len(p)]
-    and qr [C*R, len(cols)]: the term is (dPhiO exp(da_cs))^T qr on a transposed tile (stage15)."""
+    """What chunk c's term of the reverse recurrence, (dPhiO exp(da_cs))^T qr, is made of: dPhiO
+    [C*R, len(p)], exp(da_cs) per row [C*R] and qr [C*R, len(cols)]."""
     CR: tl.constexpr = C * R
     bhc = bh * (S // C) + c
     i, ti, ri = fused_rows(C, R)
@@ -89,7 +81,7 @@ def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N
     # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
     _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
                                     ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
-    return dphio * ecs[:, None], qr
+    return dphio, ecs, qr
 
 
 @triton.jit
