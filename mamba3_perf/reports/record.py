@@ -59,11 +59,10 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     """Write ``report.md`` (default in the run directory) and, beside it, ``<stem>-ladder.html``
     and (when the run has kernel events) ``<stem>-breakdown.html``. Without plotly (a bare
     device image) only the markdown is written and ``notes`` says so."""
+    from mamba3_perf.analysis.breakdown import kernel_stalls
     from mamba3_perf.reports import write_html
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
-
-    from mamba3_perf.analysis.breakdown import kernel_stalls
 
     table, summary, _, _ = ladder_with_limits(run.table("timings"), run.meta, baseline=baseline)
     events = run.table("events") if run.has("events") else None
@@ -74,7 +73,7 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     try:
         from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     except ImportError as e:
-        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), stalls)
+        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), stalls=stalls)
     written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
     if breakdown is not None and not breakdown.empty:
         written.append(write_html(stage_breakdown_chart(breakdown),
