@@ -4,8 +4,7 @@ time from a torch.profiler trace. What the launch defaults in ``kernels/bwd_bwd`
 
 A target is one launch-options dict the kernels read at launch (:data:`TARGETS`): ``chunk``
 (common.CHUNK_LAUNCH: the pre and post kernels), ``stream`` (the streamed aux), ``terms``
-(stage9's narrow state_terms), ``pass`` (the state pass), ``columns`` (stage18's aux N-walk
-kernel). Each ``--sweep`` varies one target
+(stage9's narrow state_terms), ``pass`` (the state pass). Each ``--sweep`` varies one target
 while the others keep their defaults; the default pair, if listed, is measured in the same
 process as the others. Sweep ``stream`` on stage7-stage11: stage12 sets the streamed aux's
 num_stages itself (stage12_pipeaux.aux_launch), so there only num_warps would vary.
@@ -35,7 +34,6 @@ TARGETS = {
     "stream": ("mamba3_perf.kernels.bwd_bwd.stage7_streamaux", "STREAM_LAUNCH"),
     "terms": ("mamba3_perf.kernels.bwd_bwd.stage9_termsblock", "LAUNCH"),
     "pass": ("mamba3_perf.kernels.bwd_bwd.stage6_statepass", "PASS_LAUNCH"),
-    "columns": ("mamba3_perf.kernels.bwd_bwd.stage18_auxsplit", "COLUMNS_LAUNCH"),
 }
 
 

@@ -18,4 +18,3 @@ from mamba3_perf.kernels.bwd_bwd import stage14_latesums  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage15_passwave  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage16_regcap  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage17_scanpass  # noqa: F401
-from mamba3_perf.kernels.bwd_bwd import stage18_auxsplit  # noqa: F401

@@ -440,8 +440,7 @@ def alloc_scratch(meta, device, names) -> dict:
 
     rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
-    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), DKQW / GD [B,H,nc,C*R,C*R]
-    (the aux's decay-weighted scores and diagonal weights, between stage18's two aux kernels).
+    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -453,7 +452,7 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R), "DKQW": (B, H, nc, C * R, C * R), "GD": (B, H, nc, C * R, C * R),
+        "GDB": (B, H, nc, C * R, R),
     }
     return {n: torch.empty(shapes[n], dtype=torch.float32, device=device) for n in names}
 

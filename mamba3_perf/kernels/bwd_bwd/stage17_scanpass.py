@@ -86,28 +86,18 @@ def bwd_bwd_pass_scan_kernel(
 
 def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """stage6_statepass.launch_state_pass's signature: the increments, then the scan."""
-    launch_increments(x, s, meta, inputs=inputs)
-    launch_scan(x, s, meta)
-
-
-def launch_increments(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """Every chunk's term of the recurrence into s["DST"]."""
     bnb = stage15_passwave.wave_block(meta)
-    bwd_bwd_pass_increment_kernel[(meta.B * meta.H * meta.nchunks, triton.cdiv(meta.N, bnb))](
+    bh, nc = meta.B * meta.H, meta.nchunks
+    bwd_bwd_pass_increment_kernel[(bh * nc, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
         REDUCE_O=meta.reduce_o, INPUTS=inputs, **INCREMENT_LAUNCH,
     )
-
-
-def launch_scan(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """The in-place scan over the terms in s["DST"] (stage6_statepass.launch_state_pass's
-    signature; ``inputs`` is not read: the terms are already there)."""
     n_p = meta.N * meta.P
-    bwd_bwd_pass_scan_kernel[(meta.B * meta.H, triton.cdiv(n_p, SCAN_BLOCK))](
-        s["DECAY"], s["DST"], n_p, meta.nchunks, BLOCK=SCAN_BLOCK, **SCAN_LAUNCH,
+    bwd_bwd_pass_scan_kernel[(bh, triton.cdiv(n_p, SCAN_BLOCK))](
+        s["DECAY"], s["DST"], n_p, nc, BLOCK=SCAN_BLOCK, **SCAN_LAUNCH,
     )
 
 
