@@ -40,16 +40,28 @@ STREAM_LAUNCH = dict(num_warps=4, num_stages=1)
 
 
 @triton.jit
-def aux_scores(QKDOT, DSKIP, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, WT_S, DPSIV_S, DDP_S, DSSDA, DGAM,
-               DOUT, V, MV, MO, GDB_S, b, h, c, bh, bhc, i, ti, ri, tpos, tc, ts, p, nb, S, H, N, P,
-               C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, HAS_D: tl.constexpr,
-               PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-               DIAG_BLOCKS: tl.constexpr):
-    """The streamed aux's first part, on one chunk's [C*R, C*R] scores: k.q^T accumulated over
-    N blocks, DSSDA, DGAMMA, the local dPsiV and DD part (stored), and (DIAG_BLOCKS) the
-    diagonal terms' weight blocks GDB. Returns (dPhiO, the decay-weighted PsiV.dPhiO^T dkqw,
-    the diagonal terms' weights gd), what the column part needs."""
+def bwd_bwd_aux_streamed_kernel(
+    QKDOT, STATES, DSKIP,
+    QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+    DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
+    DSSDA, DGAM, DDACS,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S,
+    S, H, G, N, P,
+    C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
+    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
+    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr,
+):
+    """stage3's aux products in first-use order, each result stored once complete. INPUTS
+    (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
+    DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
+    this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q].
+    LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
+    across lanes once, after the loop."""
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
+    p = tl.arange(0, BP)
+    nb = tl.arange(0, NB)
+    ts = load_time(TS_S, bh, tpos, S)
     psiv, dphio = chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
                                    R, CR, REDUCE_O, INPUTS)
     dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
@@ -76,26 +88,10 @@ def aux_scores(QKDOT, DSKIP, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, WT_S, DPSIV_S, 
         # gd is zero off the same-step blocks: summing the query steps keeps each row's block
         tl.store(GDB_S + (bhc * CR + i[:, None]) * R + tl.arange(0, R)[None, :],
                  tl.sum(tl.reshape(gd, (CR, C, R)), axis=1))
-    return dphio, dkqw, gd
-
-
-@triton.jit
-def aux_columns(STATES, QR_S, KR_S, QB_S, KB_S, ECS_S, DKS_S, DQR_S, DQD_S, DKD_S, DDACS, DST_S,
-                Q, K, QBIAS, KBIAS, dphio, dkqw, gd, b, h, c, bh, bhc, i, ri, tpos, tc, ts, p, nb,
-                S, H, G, N, P, C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr,
-                PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, INPUTS: tl.constexpr,
-                DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, INCREMENT: tl.constexpr):
-    """The streamed aux's second part, a walk over N blocks with the chunk's scores: dK and dQ
-    in the rotated domain (with the cached-state term), DDA_CS, and (not DIAG_BLOCKS) the
-    diagonal terms, each block stored at once. INCREMENT (stage18): also the chunk's term of
-    the dstates recurrence, (dPhiO exp(da_cs))^T qr per block, into DST[c] [N, P]."""
-    CR: tl.constexpr = C * R
     ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
     if LATE_SUMS:
         acc_cs = tl.zeros([CR, NB], dtype=tl.float32)
-    if INCREMENT:
-        dphie = dphio * ecs[:, None]
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
@@ -117,43 +113,9 @@ def aux_columns(STATES, QR_S, KR_S, QB_S, KB_S, ECS_S, DKS_S, DQR_S, DQD_S, DKD_
                 qb = load_rows(QB_S, bhc, i, cols, N, CR)
             store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
             store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
-        if INCREMENT:
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None],
-                     tl.dot(tl.trans(dphie), qr, input_precision=PREC),
-                     mask=(p < P)[:, None] & (cols < N)[None, :])
     if LATE_SUMS:
         ddacs = vec_to_time(tl.sum(acc_cs, axis=1), C, R)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
-
-
-@triton.jit
-def bwd_bwd_aux_streamed_kernel(
-    QKDOT, STATES, DSKIP,
-    QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
-    DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
-    DSSDA, DGAM, DDACS,
-    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S,
-    S, H, G, N, P,
-    C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
-    PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr,
-):
-    """stage3's aux products in first-use order, each result stored once complete: aux_scores,
-    then aux_columns. INPUTS (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs,
-    not the pre scratch. DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left
-    to the post kernel; this stores only their weights, the same-step blocks of gd, as
-    GDB[c, t*R + r_k, r_q]. LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over
-    the N blocks and is reduced across lanes once, after the loop."""
-    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
-    p = tl.arange(0, BP)
-    nb = tl.arange(0, NB)
-    ts = load_time(TS_S, bh, tpos, S)
-    dphio, dkqw, gd = aux_scores(QKDOT, DSKIP, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, WT_S, DPSIV_S, DDP_S,
-                                 DSSDA, DGAM, DOUT, V, MV, MO, GDB_S, b, h, c, bh, bhc, i, ti, ri, tpos, tc,
-                                 ts, p, nb, S, H, N, P, C, R, NB, HAS_D, PREC, REDUCE_O, INPUTS, DIAG_BLOCKS)
-    aux_columns(STATES, QR_S, KR_S, QB_S, KB_S, ECS_S, DKS_S, DQR_S, DQD_S, DKD_S, DDACS, DDACS,
-                Q, K, QBIAS, KBIAS, dphio, dkqw, gd, b, h, c, bh, bhc, i, ri, tpos, tc, ts, p, nb,
-                S, H, G, N, P, C, R, NB, PREC, PLO, PQ, INPUTS, DIAG_BLOCKS, LATE_SUMS, False)
 
 
 AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
@@ -203,7 +165,7 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, aux=None) -> None:
+             state_pass=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -214,8 +176,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds);
     ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14);
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
-    the default; stage15); ``aux``: the aux's launcher (:func:`launch_aux`'s signature, the
-    default; stage18)."""
+    the default; stage15)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -223,8 +184,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
-    (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-                        diag_blocks=diag_blocks, late_sums=late_sums)
+    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
+               diag_blocks=diag_blocks, late_sums=late_sums)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
