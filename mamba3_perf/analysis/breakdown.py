@@ -110,3 +110,28 @@ def kernel_stalls(df: pd.DataFrame) -> pd.DataFrame:
     for k in (*keys, "leading"):
         out[k] = out[k].astype("string")
     return out[columns]
+
+
+def kernel_traffic(df: pd.DataFrame, hbm_bytes_per_s: float) -> pd.DataFrame:
+    """Per kernel (and variant, stage tag) with measured DRAM bytes (Nsight Compute): device
+    time, DRAM bytes, ``floor_us`` (the time those bytes take at ``hbm_bytes_per_s``, the
+    device's HBM bandwidth) and ``vs_floor`` (device time / floor: 1 is a kernel that does
+    nothing but move its bytes at full bandwidth). Launches of one kernel are summed; longest
+    kernels first; empty where no row has dram_bytes.
+
+    The floor is of the traffic the kernel causes, spills and re-reads included, not of the
+    problem's unique bytes (analysis.limits' HBM roofline): summed over a stage's kernels, it
+    is the least time that design takes however well each kernel is tuned."""
+    keys = [k for k in ("variant", "stage_tag", "kernel_name") if k in df.columns]
+    columns = keys + ["total_us", "dram_bytes", "floor_us", "vs_floor"]
+    have = df[df["dram_bytes"].notna()] if "dram_bytes" in df.columns else df.iloc[:0]
+    if have.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="string" if c in keys else "float64") for c in columns})
+    out = (have.groupby(keys, dropna=False, sort=False)
+           .agg(total_us=("dur_us", "sum"), dram_bytes=("dram_bytes", "sum")).reset_index())
+    out["floor_us"] = out["dram_bytes"] / float(hbm_bytes_per_s) * 1e6
+    out["vs_floor"] = out["total_us"] / out["floor_us"].where(out["floor_us"] > 0)
+    out = out.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+    for k in keys:
+        out[k] = out[k].astype("string")
+    return out[columns].astype({c: "float64" for c in columns[len(keys):]})

@@ -97,6 +97,16 @@ def device_for(name: str | None, default: DeviceSpec = H200) -> DeviceSpec:
     return default
 
 
+def device_among(names, default: DeviceSpec = H200) -> DeviceSpec:
+    """The spec of the first of ``names`` (e.g. a trace's device column) that :func:`device_for`
+    recognizes; ``default`` when none does (an ncu page names its GPU by index only)."""
+    for n in names:
+        spec = device_for(None if n is None or pd.isna(n) else str(n), default=None)
+        if spec is not None:
+            return spec
+    return default
+
+
 # ------------------------------------------------------------------------------ the model
 
 # bwd_bwd matmuls per chunk and (b, h), as (what, (M, K, N)) with dims named in terms of

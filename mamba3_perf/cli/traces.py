@@ -31,8 +31,9 @@ def import_trace(
 ):
     """Import PATH (Ascend torch_npu/msprof, Kineto, ncu CSV, proton) and print its stage breakdown."""
     from mamba3_perf import runs
-    from mamba3_perf.analysis.breakdown import kernel_stalls, stage_breakdown
-    from mamba3_perf.reports.console import breakdown_table, stall_table
+    from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic, stage_breakdown
+    from mamba3_perf.analysis.limits import device_among
+    from mamba3_perf.reports.console import breakdown_table, stall_table, traffic_table
     from mamba3_perf.traces import load
 
     console = Console()
@@ -52,6 +53,11 @@ def import_trace(
     stalls = stall_table(kernel_stalls(events))
     if stalls:
         console.print(stalls, soft_wrap=True)
+    spec = device_among(events["device"].unique() if "device" in events.columns else ())
+    traffic = traffic_table(kernel_traffic(events, spec.hbm_bytes_per_s), device=spec.name,
+                            hbm_bytes_per_s=spec.hbm_bytes_per_s)
+    if traffic:
+        console.print(traffic, soft_wrap=True)
     if out is not None:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         run_name = name or f"import-{path.name.split('.')[0]}-{stamp}"

@@ -127,6 +127,28 @@ def stall_table(stalls: pd.DataFrame, *, title: str = "Warp stalls per kernel",
     return render(_table(title, keys + ["total_us", "cyc/issue"] + short + ["leading"], rows), width=width)
 
 
+def traffic_table(traffic: pd.DataFrame, *, device: str, hbm_bytes_per_s: float,
+                  title: str = "DRAM traffic per kernel", width: int = 160) -> str:
+    """A :func:`mamba3_perf.analysis.breakdown.kernel_traffic` frame as a table: per kernel its
+    device time, DRAM bytes, the time those bytes take at ``device``'s HBM bandwidth and the
+    ratio, then a row for all the kernels together ('' for an empty frame)."""
+    if traffic.empty:
+        return ""
+    keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in traffic.columns]
+
+    def cells(r):
+        return [_num(r["total_us"]), _num(r["dram_bytes"] / 1e9, "{:.3f}"), _num(r["floor_us"]),
+                _num(r["vs_floor"], "{:.2f}", "x")]
+
+    rows = [[("-" if pd.isna(r[k]) else str(r[k])) for k in keys] + cells(r) for r in traffic.to_dict("records")]
+    total, floor = traffic["total_us"].sum(), traffic["floor_us"].sum()
+    rows.append(["all kernels"] + [""] * (len(keys) - 1)
+                + cells({"total_us": total, "dram_bytes": traffic["dram_bytes"].sum(), "floor_us": floor,
+                         "vs_floor": total / floor if floor > 0 else float("nan")}))
+    head = f"{title} (floor: the bytes at {device}'s {hbm_bytes_per_s / 1e12:.2g} TB/s)"
+    return render(_table(head, keys + ["total_us", "DRAM GB", "floor_us", "vs floor"], rows), width=width)
+
+
 def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
                   width: int = 160) -> str:
     """:func:`~mamba3_perf.analysis.compare.compare_runs` output as a table."""

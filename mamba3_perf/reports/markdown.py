@@ -14,6 +14,7 @@ import pandas as pd
 
 from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, leading_stall
 from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
+from mamba3_perf.analysis.limits import DeviceSpec, device_for
 
 INTERPRETER_WARNING = ("**Timings below are Triton-interpreter timings (CPU), not device timings:"
                        " speedups, ratios and fractions of limits do not describe the GPU or NPU.**")
@@ -76,7 +77,21 @@ def _baseline_and_goal(summary: LadderSummary, best: str | None) -> str:
     return "\n".join(lines)
 
 
-def _bottleneck(breakdown: pd.DataFrame | None, best: str | None) -> str:
+def _traffic_floor(bd: pd.DataFrame, device: DeviceSpec) -> str:
+    """A sentence on the DRAM bytes the kernels of one breakdown moved (ncu), and the time
+    those bytes take at ``device``'s HBM bandwidth ('' without measured bytes)."""
+    if "dram_bytes" not in bd.columns or bd["dram_bytes"].isna().all():
+        return ""
+    have = bd[bd["dram_bytes"].notna()]
+    moved, time_us = float(have["dram_bytes"].sum()), float(have["total_us"].sum())
+    floor_us = moved / device.hbm_bytes_per_s * 1e6
+    return (f" Its kernels with DRAM counts move {moved / 1e9:.3g} GB (ncu): {_us(floor_us)} µs at "
+            f"{_cell(device.name)}'s {device.hbm_bytes_per_s / 1e12:.2g} TB/s, the least time this kernel "
+            f"design takes however each kernel is tuned; they take {_x(time_us / floor_us)} that "
+            f"({_us(time_us)} µs).")
+
+
+def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: DeviceSpec) -> str:
     head = "## Bottleneck found\n\n"
     if breakdown is None or breakdown.empty:
         return head + "No kernel trace in this run: no stage breakdown."
@@ -97,7 +112,8 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None) -> str:
         who = f"`{_cell(variant)}`: " if variant is not None else ""
         share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
         parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of device "
-                     f"time ({_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}.")
+                     f"time ({_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}."
+                     + _traffic_floor(bd, device))
     return head + "\n".join(parts)
 
 
@@ -164,7 +180,7 @@ def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary,
     if meta.get("timing_kind") == "interpreter":
         blocks.append(INTERPRETER_WARNING)
     blocks += [f"# {_cell(name)}", _what_when_where(meta), _baseline_and_goal(summary, best),
-               _bottleneck(breakdown, best), _step_gains(summary), _per_shape(table),
+               _bottleneck(breakdown, best, device_for(meta.get("device"))), _step_gains(summary), _per_shape(table),
                _not_runnable(table), _gaps(table, best)]
     if summary.stage0_not_runnable:
         blocks.append("Cases left out of the means because stage0 cannot run them: "

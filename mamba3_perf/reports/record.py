@@ -52,6 +52,9 @@ class RunReport:
     written: tuple[Path, ...]  # report.md, then its charts
     notes: tuple[str, ...] = ()  # what was not written, and why
     stalls: pd.DataFrame | None = None  # warp stalls per kernel (ncu runs), analysis.breakdown.kernel_stalls
+    traffic: pd.DataFrame | None = None  # DRAM bytes per kernel (ncu runs), analysis.breakdown.kernel_traffic
+    device: str = ""  # the device spec whose HBM bandwidth the traffic floor uses
+    hbm_bytes_per_s: float = float("nan")
 
 
 def write_run_report(run, md_path: str | Path | None = None, *,
@@ -59,7 +62,8 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     """Write ``report.md`` (default in the run directory) and, beside it, ``<stem>-ladder.html``
     and (when the run has kernel events) ``<stem>-breakdown.html``. Without plotly (a bare
     device image) only the markdown is written and ``notes`` says so."""
-    from mamba3_perf.analysis.breakdown import kernel_stalls
+    from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
+    from mamba3_perf.analysis.limits import device_for
     from mamba3_perf.reports import write_html
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
@@ -68,27 +72,32 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     events = run.table("events") if run.has("events") else None
     breakdown = run_breakdown(events) if events is not None else None
     stalls = kernel_stalls(_whole_kernels(events)) if events is not None else None
+    spec = device_for(run.meta.get("device"))
+    traffic = kernel_traffic(_whole_kernels(events), spec.hbm_bytes_per_s) if events is not None else None
+    extra = dict(stalls=stalls, traffic=traffic, device=spec.name, hbm_bytes_per_s=spec.hbm_bytes_per_s)
     md = Path(md_path) if md_path is not None else run.path / "report.md"
     write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
     try:
         from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     except ImportError as e:
-        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), stalls=stalls)
+        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), **extra)
     written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
     if breakdown is not None and not breakdown.empty:
         written.append(write_html(stage_breakdown_chart(breakdown),
                                   md.with_name(md.stem + "-breakdown.html")))
-    return RunReport(table, summary, breakdown, tuple(written), stalls=stalls)
+    return RunReport(table, summary, breakdown, tuple(written), **extra)
 
 
 def console_text(rep: RunReport, *, title: str) -> str:
     """Run summary, ladder means and (when traced) the stage breakdown as plain text, and the
-    warp stalls per kernel where ncu measured them."""
-    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary, stall_table
+    warp stalls and DRAM traffic per kernel where ncu measured them."""
+    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary, stall_table, traffic_table
 
     parts = [run_summary(rep.table, title=title), ladder_means(rep.summary)]
     if rep.breakdown is not None and not rep.breakdown.empty:
         parts.append(breakdown_table(rep.breakdown))
     if rep.stalls is not None and not rep.stalls.empty:
         parts.append(stall_table(rep.stalls))
+    if rep.traffic is not None and not rep.traffic.empty:
+        parts.append(traffic_table(rep.traffic, device=rep.device, hbm_bytes_per_s=rep.hbm_bytes_per_s))
     return "\n".join(parts)

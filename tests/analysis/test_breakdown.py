@@ -91,3 +91,34 @@ def test_kernel_stalls_weighted_per_kernel_and_leading_reason():
     assert out.set_index("kernel_name").loc["b", "leading"] == "wait"
     assert kernel_stalls(df[df.kernel_name == "c"]).empty
     assert leading_stall({"cycles_per_issue": 3.0}) is None
+
+
+def test_kernel_traffic_floor_per_kernel_on_the_stage17_ncu_page():
+    from mamba3_perf.analysis.breakdown import kernel_traffic
+    from mamba3_perf.traces import parse_ncu
+
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage17_scanpass-stalls-raw.csv"
+    events = parse_ncu(rec)
+    out = kernel_traffic(events, 4.3e12)
+    assert out.kernel_name.iloc[0] == "bwd_bwd_aux_streamed_kernel" and len(out) == 7  # longest first
+    aux = out.iloc[0]
+    assert aux.dram_bytes == pytest.approx(2.1673e9, rel=1e-4)
+    assert aux.floor_us == pytest.approx(aux.dram_bytes / 4.3e6) and aux.vs_floor == pytest.approx(1390.336 / aux.floor_us)
+    # the whole design: 6.14 GB, 1427 us at 4.3 TB/s, above the issue's 0.98 ms target on its own
+    assert out.dram_bytes.sum() == pytest.approx(6.137e9, rel=1e-3) and out.floor_us.sum() == pytest.approx(1427, rel=1e-3)
+    assert kernel_traffic(events.drop(columns=["dram_bytes"]), 4.3e12).empty
+
+
+def test_kernel_traffic_sums_launches_and_skips_kernels_without_bytes():
+    from mamba3_perf.analysis.breakdown import kernel_traffic
+
+    df = _events([
+        {"kernel_name": "a", "stage_tag": "aux", "dur_us": 3.0, "dram_bytes": 2e6},
+        {"kernel_name": "a", "stage_tag": "aux", "dur_us": 5.0, "dram_bytes": 2e6},
+        {"kernel_name": "b", "stage_tag": "pre", "dur_us": 1.0, "dram_bytes": 0.0},
+        {"kernel_name": "c", "stage_tag": "post", "dur_us": 99.0},
+    ])
+    out = kernel_traffic(df, 1e12).set_index("kernel_name")
+    assert list(out.index) == ["a", "b"]
+    assert out.loc["a", "total_us"] == 8.0 and out.loc["a", "floor_us"] == pytest.approx(4.0)
+    assert out.loc["a", "vs_floor"] == pytest.approx(2.0) and np.isnan(out.loc["b", "vs_floor"])

@@ -135,3 +135,10 @@ def test_step_gain_and_tilelang_ratio_where_stage0_cannot_run():
     assert pv.loc["prod", "geomean_step_speedup"] == pytest.approx(2.0)
     assert pv.loc["prod", "geomean_ratio_vs_tilelang"] == pytest.approx(3.0)
     assert math.isnan(pv.loc["prod", "geomean_speedup_vs_stage0"]) and pv.loc["prod", "n_cases"] == 0
+
+
+def test_device_among_takes_the_first_recognized_name():
+    from mamba3_perf.analysis.limits import ASCEND_910B, H200, device_among
+
+    assert device_among(["0", None, "Ascend910B2", "NVIDIA H200"]) is ASCEND_910B
+    assert device_among(["0", float("nan")]) is H200 and device_among([], default=ASCEND_910B) is ASCEND_910B

@@ -36,4 +36,6 @@ def events():
     df["cycles_per_issue"] = [math.nan, 9.0, math.nan, math.nan]
     df["stall_long_scoreboard"] = [math.nan, 4.5, math.nan, math.nan]
     df["stall_barrier"] = [math.nan, 1.0, math.nan, math.nan]
+    # DRAM bytes (ncu) on prod's aux and scan kernels: 1 and 10 µs at the H200's 4.3 TB/s
+    df["dram_bytes"] = [4.3e6, 4.3e7, math.nan, math.nan]
     return conform(df.assign(source="kineto", device="0", case_id="N64_P64_R4_C16"))

@@ -26,6 +26,8 @@ def test_report_writes_record_and_charts(run_dir):
     assert "dominates" in md
     assert "Warp stalls per kernel" in res.output and "long_sb 50.0%" in res.output
     assert "stall most on long_scoreboard (4.50 of the 9.00 cycles" in md
+    assert "DRAM traffic per kernel" in res.output and "all kernels" in res.output
+    assert "move 0.0473 GB (ncu): 11 µs at NVIDIA H200's 4.3 TB/s" in md and "take 1.36x that (15 µs)" in md
     assert (run_dir / "report-ladder.html").exists() and (run_dir / "report-breakdown.html").exists()
 
 

@@ -34,3 +34,11 @@ def test_import_of_an_ncu_stall_capture_prints_the_stall_table():
     assert res.exit_code == 0, res.output
     assert "Stage breakdown" in res.output and "Warp stalls per kernel" in res.output
     assert "long_sb" in res.output
+
+
+def test_import_of_an_ncu_page_prints_each_kernels_dram_floor():
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage17_scanpass-stalls-raw.csv"
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["import", str(rec)])
+    assert res.exit_code == 0, res.output
+    assert "DRAM traffic per kernel (floor: the bytes at NVIDIA H200's 4.3 TB/s)" in res.output
+    assert "all kernels" in res.output and "6.137" in res.output and "2.72x" in res.output
