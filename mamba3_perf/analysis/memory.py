@@ -137,6 +137,8 @@ STAGE_BUFFERS["stage16_regcap"] = STAGE_BUFFERS["stage15_passwave"]
 # stage17's scan holds a [SCAN_BLOCK] run and three terms per program, its increment kernel
 # stage15's pass operands without the loop: the pass's buffers bound both
 STAGE_BUFFERS["stage17_scanpass"] = STAGE_BUFFERS["stage16_regcap"]
+# stage18 launches the pre and post kernels on more warps: the same buffers
+STAGE_BUFFERS["stage18_widechunk"] = STAGE_BUFFERS["stage17_scanpass"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

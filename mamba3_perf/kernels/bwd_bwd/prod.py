@@ -85,11 +85,12 @@ def bwd_bwd_post_kernel(
 
 
 def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None,
-                diag_blocks: bool | None = None) -> None:
+                diag_blocks: bool | None = None, launch: dict | None = None) -> None:
     """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10);
     ``kernel``: another post kernel of the same signature (stage11); ``diag_blocks``: for a
     kernel that also takes GDB_S and DIAG_BLOCKS (stage11's), whether it forms the diagonal
-    terms from s["GDB"] (stage13)."""
+    terms from s["GDB"] (stage13); ``launch``: its launch options (default CHUNK_LAUNCH;
+    stage18)."""
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
                                                 DIAG_BLOCKS=diag_blocks)
@@ -98,7 +99,7 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
         out["DQ"], out["DK"], out["DANGLES"],
         x["q"], x["k"], x["q_bias"], x["k_bias"],
         meta.S, meta.H, meta.G, meta.N, meta.RD,
-        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **extra, **CHUNK_LAUNCH,
+        C=meta.C, R=meta.R, BN=bk["BN"], BRD=bk["BRD"], INPUTS=inputs, **extra, **(launch or CHUNK_LAUNCH),
     )
 
 

@@ -107,8 +107,13 @@ def splits_pass(meta) -> bool:
     return meta.C * meta.R >= 64 and meta.P >= 64
 
 
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage17's pipeline; ``kw``: more stage16_regcap.run_with keywords (stage18)."""
+    stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass if splits_pass(meta) else None, **kw)
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass if splits_pass(meta) else None)
+    run_with(x, out, meta)
 
 
 _S16 = stage16_regcap.STAGE.kernels
