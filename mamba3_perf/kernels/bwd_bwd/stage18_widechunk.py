@@ -20,7 +20,7 @@ WIDE_LAUNCH = dict(CHUNK_LAUNCH, num_warps=16)
 
 def widens(meta) -> dict:
     """Whether the pre and the post kernel run on 16 warps for ``meta``."""
-    return dict(pre=True, post=True)
+    return dict(pre=False, post=True)
 
 
 def run(x: dict, out: dict, meta) -> None:
