@@ -2,13 +2,7 @@
 launches (as Triton's maxnreg launch option) while every other launch option stays stage15's."""
 import pytest
 
-from mamba3_perf.kernels import api, get_case, make_inputs
 from mamba3_perf.kernels.bwd_bwd import common, stage7_streamaux, stage15_passwave, stage16_regcap
-
-
-def _meta(case_id):
-    c = get_case(case_id)
-    return api.validate(**make_inputs(c), chunk_size=c.C, rotary_dim_divisor=c.rotary_dim_divisor)
 
 
 @pytest.mark.parametrize("case_id,pre,narrow", [
@@ -16,8 +10,8 @@ def _meta(case_id):
     ("small-N256_P64_R4_C8", 128, None), ("small-N64_P64_R4_C16", None, None),
     ("small-N128_P128_R4_C8", None, None), ("small-N16_P64_R4_C8", None, 168),
 ])
-def test_caps_follow_the_measured_rule(case_id, pre, narrow):
-    assert stage16_regcap.caps(_meta(case_id)) == dict(pre=pre, aux=narrow, terms=narrow)
+def test_caps_follow_the_measured_rule(case_meta, case_id, pre, narrow):
+    assert stage16_regcap.caps(case_meta(case_id)) == dict(pre=pre, aux=narrow, terms=narrow)
 
 
 def _launches(monkeypatch, stage_run, meta) -> dict:
@@ -30,8 +24,8 @@ def _launches(monkeypatch, stage_run, meta) -> dict:
 
 
 @pytest.mark.parametrize("case_id", ["small-N128_P64_R4_C16", "small-N16_P64_R4_C8", "small-N64_P64_R4_C16"])
-def test_caps_reach_the_launches_and_nothing_else_changes(monkeypatch, case_id):
-    meta = _meta(case_id)
+def test_caps_reach_the_launches_and_nothing_else_changes(monkeypatch, case_meta, case_id):
+    meta = case_meta(case_id)
     capped = _launches(monkeypatch, stage16_regcap.run, meta)
     base = _launches(monkeypatch, stage15_passwave.run, meta)
     for kernel, cap in stage16_regcap.caps(meta).items():

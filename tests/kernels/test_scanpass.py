@@ -2,14 +2,10 @@
 rule leaves to stage16 (forced on), including a single chunk (the scan's look-ahead masks)."""
 import pytest
 
-from mamba3_perf.kernels import api, cases, get_case, make_inputs
+from mamba3_perf.kernels import cases
 from mamba3_perf.kernels.bwd_bwd import stage17_scanpass
 from mamba3_perf.kernels.cases import Case
 from mamba3_perf.kernels.checking import check_stage
-
-
-def _meta(case):
-    return api.validate(**make_inputs(case), chunk_size=case.C, rotary_dim_divisor=case.rotary_dim_divisor)
 
 
 @pytest.mark.parametrize("case_id,split", [
@@ -18,8 +14,8 @@ def _meta(case):
     ("small-N16_P64_R4_C8", False), ("small-N256_P64_R4_C8", False), ("small-N128_P128_R4_C8", False),
     ("small-N128_P32_R4_C16", False),
 ])
-def test_split_pass_follows_the_measured_rule(case_id, split):
-    assert stage17_scanpass.splits_pass(_meta(get_case(case_id))) is split
+def test_split_pass_follows_the_measured_rule(case_meta, case_id, split):
+    assert stage17_scanpass.splits_pass(case_meta(case_id)) is split
 
 
 FORCED = [c for s in ("pairwise", "tail") for c in cases(s)] + [

@@ -2,13 +2,9 @@
 kernel never), and that a widened launch is what runs."""
 import pytest
 
-from mamba3_perf.kernels import api, get_case, make_inputs
+from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import prod, stage18_widechunk
 from mamba3_perf.kernels.checking import check_stage
-
-
-def _meta(case):
-    return api.validate(**make_inputs(case), chunk_size=case.C, rotary_dim_divisor=case.rotary_dim_divisor)
 
 
 @pytest.mark.parametrize("case_id,post", [
@@ -17,8 +13,8 @@ def _meta(case):
     ("small-N128_P128_R4_C8", False), ("small-N64_P64_R4_C16", False), ("small-N16_P64_R4_C8", False),
     ("regular-1x64x4x2", False),
 ])
-def test_widens_the_post_kernel_by_the_measured_rule(case_id, post):
-    assert stage18_widechunk.widens(_meta(get_case(case_id))) == dict(pre=False, post=post)
+def test_widens_the_post_kernel_by_the_measured_rule(case_meta, case_id, post):
+    assert stage18_widechunk.widens(case_meta(case_id)) == dict(pre=False, post=post)
 
 
 def test_the_post_kernel_launches_on_16_warps_and_matches_golden(monkeypatch):
