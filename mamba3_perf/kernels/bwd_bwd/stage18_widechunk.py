@@ -15,7 +15,8 @@ Measured on the H200 against stage17, one process per case, interleaved over 2 r
 * both kernels on 16 warps (records/h200-widechunk-0962c2f.json): 0.93-1.07x; per kernel on
   N128_P64_R4_C16 (records/profile-N128_P64_R4_C16-widechunk-0962c2f/) the post kernel gained
   (608 -> 520 us) and the pre kernel lost (303 -> 419 us: one 16-warp program per SM where the
-  capped 8-warp kernel ran two), so the pre kernel stays as stage16 launches it;
+  capped 8-warp kernel ran two), so the pre kernel stays as stage16 launches it (that run's
+  code: commit 0962c2f);
 * the post kernel alone on 16 warps (records/h200-widechunk-c82ff08.json): 1.017-1.090x where
   its [C, R, N] tile has C*R*N >= 8192 elements and N <= 128 (N128_P64_R4_C16 3.94 -> 3.85 ms,
   N128_P64_R1_C64 1.27 -> 1.17), 1.002x at N256_P64_R4_C8, 0.95-0.99x where C*R*N = 4096 or
@@ -37,16 +38,14 @@ WIDE_LAUNCH = dict(CHUNK_LAUNCH, num_warps=16)
 WIDE_ELEMS = 8192  # [C, R, N] tile elements from which the post kernel runs on 16 warps
 
 
-def widens(meta) -> dict:
-    """Whether the pre and the post kernel run on 16 warps for ``meta``: the post kernel where
-    its [C, R, N] tile has WIDE_ELEMS elements or more, the pre kernel never (module docstring)."""
-    return dict(pre=False, post=meta.C * meta.R * meta.N >= WIDE_ELEMS)
+def widens(meta) -> bool:
+    """Whether the post kernel runs on 16 warps for ``meta``: where its [C, R, N] tile has
+    WIDE_ELEMS elements or more (module docstring; the pre kernel stays as stage16 launches it)."""
+    return meta.C * meta.R * meta.N >= WIDE_ELEMS
 
 
 def run(x: dict, out: dict, meta) -> None:
-    w = widens(meta)
-    stage17_scanpass.run_with(x, out, meta, pre_launch=WIDE_LAUNCH if w["pre"] else None,
-                              post_launch=WIDE_LAUNCH if w["post"] else None)
+    stage17_scanpass.run_with(x, out, meta, post_launch=WIDE_LAUNCH if widens(meta) else None)
 
 
 STAGE = register_stage(StageSpec(
