@@ -39,7 +39,7 @@ from mamba3_perf.errors import StageError
 from mamba3_perf.kernels.cases import Case, case_sets, cases as cases_of_set, get_case
 
 TILELANG = "tilelang"
-INTERPRETER_REPS = 3  # interpreter calls take ~0.05 s per (b, h, chunk): a few reps suffice
+INTERPRETER_REPS = 3  # interpreter calls take ~0.1 s per (b, h, chunk): a few reps suffice
 HOST_TIMER_MIN_REPS = 5  # NPU host timing: at least this many timed calls
 TILELANG_WRONG_REASON = "upstream bf16 arithmetic; timed for reference"
 TIMING_COLUMNS = ("variant", "case_id", "status", "reason", "median_us", "p10_us", "p90_us",
