@@ -112,6 +112,11 @@ def kernel_stalls(df: pd.DataFrame) -> pd.DataFrame:
     return out[columns]
 
 
+def dram_floor_us(dram_bytes, hbm_bytes_per_s: float):
+    """Microseconds that ``dram_bytes`` (a number or a Series) take at ``hbm_bytes_per_s``."""
+    return dram_bytes / float(hbm_bytes_per_s) * 1e6
+
+
 def kernel_traffic(df: pd.DataFrame, hbm_bytes_per_s: float) -> pd.DataFrame:
     """Per kernel (and variant, stage tag) with measured DRAM bytes (Nsight Compute): device
     time, DRAM bytes, ``floor_us`` (the time those bytes take at ``hbm_bytes_per_s``, the
@@ -129,7 +134,7 @@ def kernel_traffic(df: pd.DataFrame, hbm_bytes_per_s: float) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype="string" if c in keys else "float64") for c in columns})
     out = (have.groupby(keys, dropna=False, sort=False)
            .agg(total_us=("dur_us", "sum"), dram_bytes=("dram_bytes", "sum")).reset_index())
-    out["floor_us"] = out["dram_bytes"] / float(hbm_bytes_per_s) * 1e6
+    out["floor_us"] = dram_floor_us(out["dram_bytes"], hbm_bytes_per_s)
     out["vs_floor"] = out["total_us"] / out["floor_us"].where(out["floor_us"] > 0)
     out = out.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
     for k in keys:

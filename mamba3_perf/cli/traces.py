@@ -54,8 +54,7 @@ def import_trace(
     if stalls:
         console.print(stalls, soft_wrap=True)
     spec = device_among(events["device"].unique() if "device" in events.columns else ())
-    traffic = traffic_table(kernel_traffic(events, spec.hbm_bytes_per_s), device=spec.name,
-                            hbm_bytes_per_s=spec.hbm_bytes_per_s)
+    traffic = traffic_table(kernel_traffic(events, spec.hbm_bytes_per_s), device=spec)
     if traffic:
         console.print(traffic, soft_wrap=True)
     if out is not None:

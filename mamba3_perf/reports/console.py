@@ -14,6 +14,7 @@ from rich.text import Text
 
 from mamba3_perf.analysis.breakdown import STALL_COLUMNS, WARP_STATE_COLUMNS, leading_stall
 from mamba3_perf.analysis.ladder import LadderSummary
+from mamba3_perf.analysis.limits import DeviceSpec
 
 
 def render(table: Table, *, width: int = 160) -> str:
@@ -127,11 +128,12 @@ def stall_table(stalls: pd.DataFrame, *, title: str = "Warp stalls per kernel",
     return render(_table(title, keys + ["total_us", "cyc/issue"] + short + ["leading"], rows), width=width)
 
 
-def traffic_table(traffic: pd.DataFrame, *, device: str, hbm_bytes_per_s: float,
-                  title: str = "DRAM traffic per kernel", width: int = 160) -> str:
-    """A :func:`mamba3_perf.analysis.breakdown.kernel_traffic` frame as a table: per kernel its
-    device time, DRAM bytes, the time those bytes take at ``device``'s HBM bandwidth and the
-    ratio, then a row for all the kernels together ('' for an empty frame)."""
+def traffic_table(traffic: pd.DataFrame, *, device: DeviceSpec, title: str = "DRAM traffic per kernel",
+                  width: int = 160) -> str:
+    """A :func:`mamba3_perf.analysis.breakdown.kernel_traffic` frame (made with ``device``'s HBM
+    bandwidth) as a table: per kernel its device time, DRAM bytes, the time those bytes take at
+    that bandwidth and the ratio, then a row for all the kernels together ('' for an empty
+    frame)."""
     if traffic.empty:
         return ""
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in traffic.columns]
@@ -145,7 +147,7 @@ def traffic_table(traffic: pd.DataFrame, *, device: str, hbm_bytes_per_s: float,
     rows.append(["all kernels"] + [""] * (len(keys) - 1)
                 + cells({"total_us": total, "dram_bytes": traffic["dram_bytes"].sum(), "floor_us": floor,
                          "vs_floor": total / floor if floor > 0 else float("nan")}))
-    head = f"{title} (floor: the bytes at {device}'s {hbm_bytes_per_s / 1e12:.2g} TB/s)"
+    head = f"{title} (floor: the bytes at {device.name}'s {device.hbm_bytes_per_s / 1e12:.2g} TB/s)"
     return render(_table(head, keys + ["total_us", "DRAM GB", "floor_us", "vs floor"], rows), width=width)
 
 

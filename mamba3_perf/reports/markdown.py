@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, leading_stall
+from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, dram_floor_us, leading_stall
 from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
 from mamba3_perf.analysis.limits import DeviceSpec, device_for
 
@@ -84,7 +84,7 @@ def _traffic_floor(bd: pd.DataFrame, device: DeviceSpec) -> str:
         return ""
     have = bd[bd["dram_bytes"].notna()]
     moved, time_us = float(have["dram_bytes"].sum()), float(have["total_us"].sum())
-    floor_us = moved / device.hbm_bytes_per_s * 1e6
+    floor_us = dram_floor_us(moved, device.hbm_bytes_per_s)
     return (f" Its kernels with DRAM counts move {moved / 1e9:.3g} GB (ncu): {_us(floor_us)} µs at "
             f"{_cell(device.name)}'s {device.hbm_bytes_per_s / 1e12:.2g} TB/s, the least time this kernel "
             f"design takes however each kernel is tuned; they take {_x(time_us / floor_us)} that "

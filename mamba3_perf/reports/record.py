@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from mamba3_perf.analysis.ladder import LadderSummary
+from mamba3_perf.analysis.limits import DeviceSpec, device_for
 
 
 def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFrame | None = None):
@@ -20,7 +21,7 @@ def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFr
     from mamba3_perf.analysis.ladder import (
         ladder_table, load_gpu_baseline, resolve_cases, summarize_ladder,
     )
-    from mamba3_perf.analysis.limits import device_for, with_limits
+    from mamba3_perf.analysis.limits import with_limits
 
     cases = resolve_cases(timings["case_id"], meta.get("cases") or ())
     spec = device_for(meta.get("device"))
@@ -53,8 +54,7 @@ class RunReport:
     notes: tuple[str, ...] = ()  # what was not written, and why
     stalls: pd.DataFrame | None = None  # warp stalls per kernel (ncu runs), analysis.breakdown.kernel_stalls
     traffic: pd.DataFrame | None = None  # DRAM bytes per kernel (ncu runs), analysis.breakdown.kernel_traffic
-    device: str = ""  # the device spec whose HBM bandwidth the traffic floor uses
-    hbm_bytes_per_s: float = float("nan")
+    device: DeviceSpec | None = None  # whose HBM bandwidth the traffic floor uses
 
 
 def write_run_report(run, md_path: str | Path | None = None, *,
@@ -63,18 +63,17 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     and (when the run has kernel events) ``<stem>-breakdown.html``. Without plotly (a bare
     device image) only the markdown is written and ``notes`` says so."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
-    from mamba3_perf.analysis.limits import device_for
     from mamba3_perf.reports import write_html
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
 
-    table, summary, _, _ = ladder_with_limits(run.table("timings"), run.meta, baseline=baseline)
+    table, summary, _, spec = ladder_with_limits(run.table("timings"), run.meta, baseline=baseline)
     events = run.table("events") if run.has("events") else None
     breakdown = run_breakdown(events) if events is not None else None
-    stalls = kernel_stalls(_whole_kernels(events)) if events is not None else None
-    spec = device_for(run.meta.get("device"))
-    traffic = kernel_traffic(_whole_kernels(events), spec.hbm_bytes_per_s) if events is not None else None
-    extra = dict(stalls=stalls, traffic=traffic, device=spec.name, hbm_bytes_per_s=spec.hbm_bytes_per_s)
+    kernels = _whole_kernels(events) if events is not None else None
+    stalls = kernel_stalls(kernels) if kernels is not None else None
+    traffic = kernel_traffic(kernels, spec.hbm_bytes_per_s) if kernels is not None else None
+    extra = dict(stalls=stalls, traffic=traffic, device=spec)
     md = Path(md_path) if md_path is not None else run.path / "report.md"
     write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
     try:
@@ -99,5 +98,5 @@ def console_text(rep: RunReport, *, title: str) -> str:
     if rep.stalls is not None and not rep.stalls.empty:
         parts.append(stall_table(rep.stalls))
     if rep.traffic is not None and not rep.traffic.empty:
-        parts.append(traffic_table(rep.traffic, device=rep.device, hbm_bytes_per_s=rep.hbm_bytes_per_s))
+        parts.append(traffic_table(rep.traffic, device=rep.device))
     return "\n".join(parts)

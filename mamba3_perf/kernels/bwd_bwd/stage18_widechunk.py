@@ -33,8 +33,6 @@ from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 WIDE_LAUNCH = dict(CHUNK_LAUNCH, num_warps=16)
-
-
 WIDE_ELEMS = 8192  # [C, R, N] tile elements from which the post kernel runs on 16 warps
 
 
