@@ -104,13 +104,6 @@ def rot_cols(N, RD, BN: tl.constexpr):
     """Per column n of a [*, BN] q/k tile: partner column (n +- N/2), sign of the partner term,
     angle index, and whether the column is rotated (rotate-half on [0,RD) and [N/2, N/2+RD))."""
     n = tl.arange(0, BN)
-    partner, sgn, jn, rot = col_rotation(n, N, RD)
-    return n, partner, sgn, jn, rot
-
-
-@triton.jit
-def col_rotation(n, N, RD):
-    """rot_cols' (partner, sign, angle index, rotated) for any vector of columns ``n``."""
     half = N // 2
     first = n < RD
     second = (n >= half) & (n < half + RD)
@@ -118,7 +111,7 @@ def col_rotation(n, N, RD):
     sgn = tl.where(first, -1.0, tl.where(second, 1.0, 0.0))
     jn = tl.where(first, n, tl.where(second, n - half, 0))
     rot = first | second
-    return partner, sgn, jn, rot
+    return n, partner, sgn, jn, rot
 
 
 @triton.jit
@@ -447,8 +440,7 @@ def alloc_scratch(meta, device, names) -> dict:
 
     rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
-    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), COS / SIN [B,H,S,RD]
-    (cos / sin of the rotary angles, stage19).
+    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -460,15 +452,9 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R), "COS": (B, H, S, meta.RD), "SIN": (B, H, S, meta.RD),
+        "GDB": (B, H, nc, C * R, R),
     }
     return {n: torch.empty(shapes[n], dtype=torch.float32, device=device) for n in names}
-
-
-def rot_scratch(x: dict, s: dict) -> tuple:
-    """COS_S, SIN_S of a kernel that takes ROT_IN: the stage19 scratch, or stand-in pointers
-    (never read without ROT_IN)."""
-    return s.get("COS", x["angles"]), s.get("SIN", x["angles"])
 
 
 PRE_SCRATCH = ("QB", "KB", "QR", "KR", "PSIV", "DPHIO", "GAM", "TS", "ECS", "EREV", "WT", "DECAY")
@@ -525,34 +511,6 @@ def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr
     """q or k plus its bias on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32: the
     pre-rotation operand the pre kernel otherwise stores as QB / KB (same arithmetic)."""
     return load_biased(X, BIAS, b, h, hq, tpos[:, None], ri[:, None], cols[None, :], S, G, N, R)
-
-
-@triton.jit
-def rotated_rows(X, BIAS, COS_S, SIN_S, b, h, hq, bh, tpos, ri, cols, S, G, N, RD, R: tl.constexpr):
-    """rot(x + bias) on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32, from the
-    16-bit q or k and the per-step cos / sin scratch ([B,H,S,RD]): the pre kernel's QR / KR rows
-    with the same arithmetic (cos * x + sign * sin * partner; 1 and 0 off the rotated columns)."""
-    partner, sgn, jn, rot = col_rotation(cols, N, RD)
-    m = (rot & (cols < N))[None, :]
-    x = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
-    xp = load_biased(X, BIAS, b, h, hq, tpos[:, None], ri[:, None], tl.where(m, partner[None, :], N),
-                     S, G, N, R)
-    trig = (bh * S + tpos[:, None]) * RD + jn[None, :]
-    cs = tl.load(COS_S + trig, mask=m, other=1.0)
-    sn = sgn[None, :] * tl.load(SIN_S + trig, mask=m, other=0.0)
-    return cs * x + sn * xp
-
-
-@triton.jit
-def qk_rows(X_S, X, BIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD,
-            R: tl.constexpr, CR: tl.constexpr, ROT_IN: tl.constexpr):
-    """A chunk's rotated q or k rows [C*R, len(cols)]: formed from the inputs (ROT_IN, stage19,
-    :func:`rotated_rows`) or loaded from the pre kernel's QR / KR scratch ``X_S``."""
-    if ROT_IN:
-        xr = rotated_rows(X, BIAS, COS_S, SIN_S, b, h, hq, bh, tpos, ri, cols, S, G, N, RD, R)
-    else:
-        xr = load_rows(X_S, bhc, i, cols, N, CR)
-    return xr
 
 
 @triton.jit

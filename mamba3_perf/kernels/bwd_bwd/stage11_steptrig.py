@@ -168,17 +168,16 @@ def bwd_bwd_post_steptrig_kernel(
 
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
-             post_launch: dict | None = None, pre=None, **kw) -> None:
+             post_launch: dict | None = None, **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
-    ``pre``: another pre launcher in place of this stage's (stage19; ``pre_launch`` then unused);
-    ``kw``: more stage7_streamaux.run_with keywords (stages 12-15, 19)."""
+    ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
-                              pre=pre or functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
-                                                           launch=pre_launch),
+                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
+                                                    launch=pre_launch),
                               post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel,
                                                    diag_blocks=False, launch=post_launch),
                               **kw)

@@ -34,17 +34,16 @@ from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_st
 @triton.jit
 def bwd_bwd_state_pass_wave_kernel(
     QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
-    DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
-    S, H, G, N, P, RD,
+    DOUT, V, MV, MO,
+    S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, ROT_IN: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """stage6's state pass on a (B*H, N/BNB) grid of transposed [BP, BNB] dstates tiles, all of P
     per program (stage6_statepass.state_pass_loop with TRANS)."""
-    stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
+    stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
                                      tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
-                                     tl.arange(0, BP), S, H, G, N, P, RD, C, R, BNB, BP, PREC, REDUCE_O, INPUTS,
-                                     True, ROT_IN)
+                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)
 
 
 H200_SMS = 132  # the SMs of the device the rule below was measured on
@@ -65,16 +64,15 @@ def wave_block(meta) -> int:
     return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
 
 
-def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False, rot_in: bool = False) -> None:
-    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs;
-    ``rot_in``: qr from the inputs (stage19)."""
+def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs."""
     bnb = wave_block(meta)
     bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
-        *stage6_statepass.value_inputs(x), *stage6_statepass.q_rotation_inputs(x, s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        *stage6_statepass.value_inputs(x),
+        meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, ROT_IN=rot_in, **stage6_statepass.PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **stage6_statepass.PASS_LAUNCH,
     )
 
 

@@ -41,19 +41,18 @@ SCAN_LAUNCH = dict(num_warps=4, num_stages=1)
 @triton.jit
 def bwd_bwd_pass_increment_kernel(
     QR_S, DPHIO_S, ECS_S, DST_S,
-    DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
-    S, H, G, N, P, RD,
+    DOUT, V, MV, MO,
+    S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, ROT_IN: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """Chunk c's term of the recurrence on N columns [j*BNB, j*BNB + BNB) and all of P, into
     DST[c] (stage6_statepass.pass_operands, as stage15's pass forms it)."""
     _b, _h, c, bh, bhc = chunk_coords(H, S // C)
     cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
     p = tl.arange(0, BP)
-    dphio, ecs, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
-                                                    bh, c, cols, p, S, H, G, N, P, RD, C, R, REDUCE_O, INPUTS,
-                                                    ROT_IN)
+    dphio, ecs, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p,
+                                                    S, H, N, P, C, R, REDUCE_O, INPUTS)
     inc = tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)  # [BP, BNB]
     tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], inc,
              mask=(p < P)[:, None] & (cols < N)[None, :])
@@ -85,16 +84,16 @@ def bwd_bwd_pass_scan_kernel(
         u_next = u_ahead
 
 
-def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False, rot_in: bool = False) -> None:
+def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """stage6_statepass.launch_state_pass's signature: the increments, then the scan."""
     bnb = stage15_passwave.wave_block(meta)
     bh, nc = meta.B * meta.H, meta.nchunks
     bwd_bwd_pass_increment_kernel[(bh * nc, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DST"],
-        *stage6_statepass.value_inputs(x), *stage6_statepass.q_rotation_inputs(x, s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        *stage6_statepass.value_inputs(x),
+        meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, ROT_IN=rot_in, **INCREMENT_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **INCREMENT_LAUNCH,
     )
     n_p = meta.N * meta.P
     bwd_bwd_pass_scan_kernel[(bh, triton.cdiv(n_p, SCAN_BLOCK))](

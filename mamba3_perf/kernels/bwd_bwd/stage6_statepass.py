@@ -23,8 +23,8 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
-    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, qk_rows, rot_scratch,
-    scalar_ptr_or_dummy, state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
+    dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
+    state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -39,16 +39,14 @@ TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 
 
 @triton.jit
-def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S, bh, cols, p,
-                    S, H, G, N, P, RD,
+def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, cols, p, S, H, N, P,
                     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr,
-                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr,
-                    ROT_IN: tl.constexpr):
+                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr):
     """The reverse walk of a state pass program over the chunks of (b, h) ``bh`` for N columns
     ``cols`` and P columns ``p``: DST[c] = the dstates chunk c sees (the gradient w.r.t. the
     state leaving it). INPUTS (stage10): dPhiO from dout (and mimo_o), not the pre kernel's
     DPHIO. TRANS (stage15): the tile is held transposed, [BPB, BNB], so that the increment's dot
-    dPhiO^T qr has P rows. ROT_IN (stage19): qr from the inputs (common.qk_rows)."""
+    dPhiO^T qr has P rows."""
     nc = S // C
     if TRANS:
         mask = (p < P)[:, None] & (cols < N)[None, :]
@@ -59,8 +57,8 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, Q, QB
     for cc in range(0, nc):
         c = nc - 1 - cc
         bhc = bh * nc + c
-        dphio, ecs, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S, bh, c,
-                                       cols, p, S, H, G, N, P, RD, C, R, REDUCE_O, INPUTS, ROT_IN)
+        dphio, ecs, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
+                                       C, R, REDUCE_O, INPUTS)
         decay = tl.load(DECAY_S + bhc)
         if TRANS:
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
@@ -71,18 +69,15 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, Q, QB
 
 
 @triton.jit
-def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S, bh, c, cols, p,
-                  S, H, G, N, P, RD, C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr,
-                  INPUTS: tl.constexpr, ROT_IN: tl.constexpr):
+def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
+                  C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr):
     """What chunk c's term of the reverse recurrence, (dPhiO exp(da_cs))^T qr, is made of: dPhiO
-    [C*R, len(p)], exp(da_cs) per row [C*R] and qr [C*R, len(cols)] (ROT_IN: from the inputs)."""
+    [C*R, len(p)], exp(da_cs) per row [C*R] and qr [C*R, len(cols)]."""
     CR: tl.constexpr = C * R
     bhc = bh * (S // C) + c
     i, ti, ri = fused_rows(C, R)
     ecs = load_time(ECS_S, bh, c * C + ti, S)
-    h = bh % H
-    qr = qk_rows(QR_S, Q, QBIAS, COS_S, SIN_S, bh // H, h, h // (H // G), bh, bhc, i, c * C + ti, ri, cols,
-                 S, G, N, RD, R, CR, ROT_IN)
+    qr = load_rows(QR_S, bhc, i, cols, N, CR)
     # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
     _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
                                     ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
@@ -92,34 +87,31 @@ def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
 @triton.jit
 def bwd_bwd_state_pass_kernel(
     QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S,
-    DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
-    S, H, G, N, P, RD,
+    DOUT, V, MV, MO,
+    S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, ROT_IN: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
 ):
     """The state pass on a (B*H, N/BNB, P/BPB) grid of [BNB, BPB] dstates tiles (state_pass_loop)."""
-    state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, Q, QBIAS, COS_S, SIN_S,
-                    tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
-                    tl.program_id(2) * BPB + tl.arange(0, BPB),
-                    S, H, G, N, P, RD, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False, ROT_IN)
+    state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, tl.program_id(0).to(tl.int64),
+                    tl.program_id(1) * BNB + tl.arange(0, BNB), tl.program_id(2) * BPB + tl.arange(0, BPB),
+                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False)
 
 
 @triton.jit
 def bwd_bwd_state_terms_kernel(
     V, MV, STATES, KR_S, PSIV_S, TS_S, EREV_S, DECAY_S, DPSIV_S, DKS_S, DST_S,
     DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
-    DOUT, MO, K, KBIAS, COS_S, SIN_S,
-    S, H, G, N, P, RD,
+    DOUT, MO,
+    S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
-    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, LATE_SUMS: tl.constexpr, ROT_IN: tl.constexpr,
+    REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, LATE_SUMS: tl.constexpr,
 ):
     """One chunk's dstates-dependent terms (as the scan of stage2/4 computes them) and its
     value side, from DST[c]. INPUTS (stage10): PsiV from v and mimo_v, not the PSIV scratch.
     LATE_SUMS (stage14): the N sums of DDA_CS_REV, DFACTOR and DDA accumulate elementwise over
-    the N blocks and are reduced across lanes once, after the loop, not once per block. ROT_IN
-    (stage19): the rotated k rows from the inputs (common.qk_rows), not KR."""
+    the N blocks and are reduced across lanes once, after the loop, not once per block."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
-    hq = h // (H // G)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
     mp = p < P
@@ -140,7 +132,7 @@ def bwd_bwd_state_terms_kernel(
         cols = nb * BNB + tl.arange(0, BNB)
         ds = load_state_tile(DST_S, bhc, cols, p, N, P)
         st = load_state_tile(STATES, bhc, cols, p, N, P)
-        kr = qk_rows(KR_S, K, KBIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD, R, CR, ROT_IN)
+        kr = load_rows(KR_S, bhc, i, cols, N, CR)
         ks = kr * ts[:, None]
         dpsiv_inter, dk_raw = state_k_terms(ks, psiv, ds, erev, PREC)
         dpsiv += dpsiv_inter
@@ -203,40 +195,31 @@ def terms_block(meta, tile_elems: int = TERMS_TILE_ELEMS) -> int:
     return max(16, min(64, pow2(meta.N), tile_elems // bp))
 
 
-def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False, rot_in: bool = False) -> None:
-    """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10); ``rot_in``: qr from the
-    inputs and the cos / sin scratch, not QR (stage19)."""
+def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10)."""
     bnb, bpb = pass_tiles(meta)
     grid = (meta.B * meta.H, triton.cdiv(meta.N, bnb), triton.cdiv(meta.P, bpb))
     bwd_bwd_state_pass_kernel[grid](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
-        *value_inputs(x), *q_rotation_inputs(x, s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        *value_inputs(x),
+        meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BPB=bpb, PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, ROT_IN=rot_in, **PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **PASS_LAUNCH,
     )
 
 
-def q_rotation_inputs(x: dict, s: dict) -> tuple:
-    """q, q_bias, cos, sin: what a pass kernel forms qr from with ROT_IN (stand-ins without)."""
-    return (x["q"], x["q_bias"], *rot_scratch(x, s))
-
-
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = TERMS_TILE_ELEMS,
-                       launch: dict = TERMS_LAUNCH, inputs: bool = False, late_sums: bool = False,
-                       rot_in: bool = False) -> None:
+                       launch: dict = TERMS_LAUNCH, inputs: bool = False, late_sums: bool = False) -> None:
     """``tile_elems``, ``launch``: the N block and launch (stage9); ``inputs``: PsiV from the
-    inputs, not PSIV scratch (stage10); ``late_sums``: N sums reduced once (stage14);
-    ``rot_in``: kr from the inputs and the cos / sin scratch, not KR (stage19)."""
+    inputs, not PSIV scratch (stage10); ``late_sums``: N sums reduced once (stage14)."""
     bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
         x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
         s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
-        x["dout"], scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["k"], x["k_bias"], *rot_scratch(x, s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        x["dout"], scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]),
+        meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=terms_block(meta, tile_elems), BP=blocks(meta)["BP"],
         PREC=dot_precision(x["q"].device), REDUCE_O=meta.reduce_o, INPUTS=inputs, LATE_SUMS=late_sums,
-        ROT_IN=rot_in,
         **launch,
     )
 

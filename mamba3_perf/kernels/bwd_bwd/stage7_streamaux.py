@@ -22,7 +22,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
-    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, qk_rows, rot_scratch, scalar_ptr_or_dummy,
+    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
     score_grads, score_weights, split_precisions, state_q_products, store_rows, vec_to_time, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -45,21 +45,19 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S, COS_S, SIN_S,
-    S, H, G, N, P, RD,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S,
+    S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, ROT_IN: tl.constexpr,
+    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
     DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
     this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q].
     LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
-    across lanes once, after the loop. ROT_IN (stage19): the rotated q / k rows are formed from
-    the inputs and the cos / sin scratch, not loaded from QR / KR (common.qk_rows)."""
+    across lanes once, after the loop."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
-    hq = h // (H // G)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
     nb = tl.arange(0, NB)
@@ -70,10 +68,8 @@ def bwd_bwd_aux_streamed_kernel(
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
-        ks = qk_rows(KR_S, K, KBIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD, R, CR,
-                     ROT_IN) * ts[:, None]
-        qr = qk_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD, R, CR, ROT_IN)
-        lkq += tl.dot(ks, tl.trans(qr), input_precision=PREC)
+        ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
+        lkq += tl.dot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), input_precision=PREC)
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
@@ -98,18 +94,18 @@ def bwd_bwd_aux_streamed_kernel(
         acc_cs = tl.zeros([CR, NB], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
-        qr = qk_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD, R, CR, ROT_IN)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
         store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
         ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs, PQ)
         if LATE_SUMS:
             acc_cs += ddacs_terms
         else:
             ddacs += vec_to_time(tl.sum(ddacs_terms, axis=1), C, R)
-        ks = qk_rows(KR_S, K, KBIAS, COS_S, SIN_S, b, h, hq, bh, bhc, i, tpos, ri, cols, S, G, N, RD, R, CR,
-                     ROT_IN) * ts[:, None]
+        ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
         if not DIAG_BLOCKS:
             if INPUTS:
+                hq = h // (H // G)
                 kb = load_biased_rows(K, KBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
                 qb = load_biased_rows(Q, QBIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
             else:
@@ -134,16 +130,12 @@ def folds(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
                inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False,
-               late_sums: bool = False, rot_in: bool = False) -> None:
+               late_sums: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
     diagonal terms' weights into s["GDB"] instead of those terms into DQD / DKD (stage13; only
-    where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14); ``rot_in``: the rotated
-    q / k rows from the inputs and s["COS"] / s["SIN"], not QR / KR (stage19; only where it folds)."""
-    if rot_in and not folds(meta):
-        raise ValueError(f"only the streamed aux forms the rotated rows from the inputs; it does not "
-                         f"fold C*R = {meta.C * meta.R}")
+    where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14)."""
     if diag_blocks and not folds(meta):
         raise ValueError(f"only the streamed aux leaves the diagonal terms to the post kernel; it does not "
                          f"fold C*R = {meta.C * meta.R}")
@@ -156,11 +148,11 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         *stage6_statepass.value_inputs(x), x["q"], x["k"], x["q_bias"], x["k_bias"],
-        s["GDB"] if diag_blocks else out["DDA_CS"], *rot_scratch(x, s),
-        meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
+        s["GDB"] if diag_blocks else out["DDA_CS"],
+        meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, ROT_IN=rot_in, **(launch or STREAM_LAUNCH),
+        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, **(launch or STREAM_LAUNCH),
     )
 
 
@@ -168,15 +160,12 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
 INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 # the aux's diagonal-term rows, which stage13's post kernel forms itself
 DIAG_ROWS = ("DQD", "DKD")
-# the rotated rows, which stage19's readers form from the inputs and the per-step cos / sin
-ROTATED_ROWS = ("QR", "KR")
-ROT_SCRATCH = ("COS", "SIN")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, rot_in: bool = False) -> None:
+             state_pass=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -187,24 +176,18 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds);
     ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14);
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
-    the default; stage15); ``rot_in``: every reader of QR / KR forms those rows from the inputs
-    and the cos / sin scratch instead, and ``pre`` writes that scratch, not the rows (stage19;
-    only with ``inputs``, where the aux folds)."""
+    the default; stage15)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
-    if rot_in and not inputs:
-        raise ValueError("rot_in needs the readers that load the inputs (stage10's, where the aux folds)")
-    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ()) + (ROTATED_ROWS if rot_in else ())
-    names = (PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
-             + (ROT_SCRATCH if rot_in else ()))
+    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
+    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-               diag_blocks=diag_blocks, late_sums=late_sums, rot_in=rot_in)
-    (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs, rot_in=rot_in)
-    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums,
-                                        rot_in=rot_in)
+               diag_blocks=diag_blocks, late_sums=late_sums)
+    (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
+    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 
