@@ -139,6 +139,8 @@ STAGE_BUFFERS["stage16_regcap"] = STAGE_BUFFERS["stage15_passwave"]
 STAGE_BUFFERS["stage17_scanpass"] = STAGE_BUFFERS["stage16_regcap"]
 # stage18 launches the pre and post kernels on more warps: the same buffers
 STAGE_BUFFERS["stage18_widechunk"] = STAGE_BUFFERS["stage17_scanpass"]
+# stage19 writes the tf32x3 passes out: the same operand splits, the same buffers
+STAGE_BUFFERS["stage19_splitdot"] = STAGE_BUFFERS["stage18_widechunk"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -1,7 +1,12 @@
 """Shared by the kernel tests."""
+import numpy as np
 import pytest
+import torch
+from triton._C.libtriton import ir
+from triton.runtime import interpreter
 
 from mamba3_perf.kernels import api, get_case, make_inputs
+from mamba3_perf.kernels.bwd_bwd import common
 
 
 @pytest.fixture
@@ -12,3 +17,32 @@ def case_meta():
         case = get_case(case) if isinstance(case, str) else case
         return api.validate(**make_inputs(case), chunk_size=case.C, rotary_dim_divisor=case.rotary_dim_divisor)
     return meta
+
+
+def _tf32(h):
+    return interpreter.TensorHandle(interpreter._round_f32_to_tf32(h.data), h.dtype.scalar)
+
+
+@pytest.fixture
+def cuda_precisions(monkeypatch):
+    """CUDA's dot precisions on the interpreter (skips where CUDA itself runs): the operands of
+    every "tf32" dot rounded to TF32 (10 mantissa bits, to nearest even, as the tensor cores
+    take them; "tf32x3" and "ieee" dots stay fp32), and dot_precision answering what it answers
+    on CUDA. Returns a setter for another dot_precision."""
+    if torch.cuda.is_available():
+        pytest.skip("emulates CUDA's TF32 on the interpreter")
+    create_dot = interpreter.InterpreterBuilder.create_dot
+    original = common.dot_precision
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32:
+            a, b = _tf32(a), _tf32(b)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
+
+    def choose(fn):
+        monkeypatch.setattr(common, "dot_precision", fn)
+
+    choose(lambda device, *, low=False: original("cuda", low=low))
+    return choose

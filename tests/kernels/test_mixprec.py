@@ -2,41 +2,12 @@
 the operands of every "tf32" dot to TF32 (10 mantissa bits, round to nearest even, as the
 tensor cores take them), and split_precisions is made to choose what it chooses on CUDA.
 "tf32x3" and "ieee" dots stay fp32 (tf32x3's error is fp32-level)."""
-import numpy as np
 import pytest
 import torch
-from triton._C.libtriton import ir
-from triton.runtime import interpreter
 
 from mamba3_perf.kernels import get_case, make_inputs
 from mamba3_perf.kernels.bwd_bwd import common
 from mamba3_perf.kernels.checking import check_stage
-
-interpreter_only = pytest.mark.skipif(torch.cuda.is_available(), reason="emulates CUDA's TF32 on the interpreter")
-
-
-def _tf32(h):
-    return interpreter.TensorHandle(interpreter._round_f32_to_tf32(h.data), h.dtype.scalar)
-
-
-@pytest.fixture
-def cuda_precisions(monkeypatch):
-    """TF32 operand rounding in the interpreter; returns a setter for what dot_precision says."""
-    create_dot = interpreter.InterpreterBuilder.create_dot
-    original = common.dot_precision
-
-    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32:
-            a, b = _tf32(a), _tf32(b)
-        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
-
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
-
-    def choose(fn):
-        monkeypatch.setattr(common, "dot_precision", fn)
-
-    choose(lambda device, *, low=False: original("cuda", low=low))
-    return choose
 
 
 def _failed(case_id, states_dtype, stage="stage8_mixprec"):
@@ -45,21 +16,18 @@ def _failed(case_id, states_dtype, stage="stage8_mixprec"):
     return {r.gradient: f"{r.err:.2e} > {r.bound:.2e}" for r in rows if not r.passed}
 
 
-@interpreter_only
 @pytest.mark.parametrize("states_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("case_id", ["pw-1", "pw-2", "pw-5", "small-N64_P64_R4_C16", "small-N128_P64_R8_C8"])
 def test_split_passes_the_golden_with_tf32_emulated(cuda_precisions, case_id, states_dtype):
     assert _failed(case_id, states_dtype) == {}
 
 
-@interpreter_only
 @pytest.mark.parametrize("case_id", ["pw-2", "small-N64_P64_R4_C16"])
 def test_input_operands_keep_the_split(cuda_precisions, case_id):
     """stage10 feeds the same split dots from the 16-bit inputs instead of fp32 scratch."""
     assert _failed(case_id, torch.bfloat16, stage="stage10_fewscratch") == {}
 
 
-@interpreter_only
 def test_split_is_what_passes(cuda_precisions):
     """The emulation bites: with every dot of every kernel forced to one TF32 pass (the
     ``STAGE@tf32`` variant), the fp32-level outputs fail."""
@@ -67,7 +35,6 @@ def test_split_is_what_passes(cuda_precisions):
     assert {"DSSDA", "DFACTOR", "DDA_CS", "DANGLES"} <= set(failed), failed
 
 
-@interpreter_only
 @pytest.mark.parametrize("module, launcher", [("stage6_statepass", "launch_state_pass"),
                                               ("stage6_statepass", "launch_state_terms"),
                                               ("stage7_streamaux", "launch_aux")])
@@ -90,7 +57,6 @@ def test_each_kernels_fp32_level_dots_are_needed(cuda_precisions, monkeypatch, m
     assert "DFACTOR" in failed and len(failed) == 2, failed
 
 
-@interpreter_only
 def test_forced_precision_variant_is_timed_for_reference(cuda_precisions):
     """bench checks a ``@tf32`` variant like any stage, records it wrong, and still times it
     (it is there to show what the fp32-level dots cost), unlike a wrong ladder stage."""

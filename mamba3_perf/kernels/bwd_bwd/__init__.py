@@ -19,3 +19,4 @@ from mamba3_perf.kernels.bwd_bwd import stage15_passwave  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage16_regcap  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage17_scanpass  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage18_widechunk  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage19_splitdot  # noqa: F401

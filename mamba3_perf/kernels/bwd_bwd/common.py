@@ -2,8 +2,9 @@
 
 Conventions (all stages): one chunk's rows are fused as i = t*R + r (t the step inside the
 chunk, r the MIMO rank), as upstream does; all tensors are contiguous and indexed from their
-sizes; S is the padded length (S % C == 0); arithmetic and dots are fp32 with
-``input_precision=PREC`` ("ieee" by default, so results meet the fp32 golden criterion).
+sizes; S is the padded length (S % C == 0); arithmetic and dots are fp32, every dot through
+:func:`fdot` with the precision PREC ("ieee" by default, so results meet the fp32 golden
+criterion).
 """
 from __future__ import annotations
 
@@ -27,12 +28,29 @@ def dot_precision(device, *, low: bool = False) -> str:
         return forced
     if torch.device(device).type != "cuda":
         return "ieee"
-    return "tf32" if low else "tf32x3"
+    if low:
+        return "tf32"
+    return SPLIT_TF32X3 if _SPLIT.get() else "tf32x3"
 
 
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
+# fdot's own precision: tf32x3's three TF32 passes, split by hand (stage19_splitdot)
+SPLIT_TF32X3 = "tf32x3split"
 _FORCED_PRECISION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "forced_dot_precision", default=None)
+_SPLIT: contextvars.ContextVar[bool] = contextvars.ContextVar("split_tf32x3", default=False)
+
+
+@contextlib.contextmanager
+def split_tf32x3():
+    """Inside, :func:`dot_precision` answers SPLIT_TF32X3 where it would answer "tf32x3": the
+    stage launched there runs its fp32-level dots as :func:`fdot`'s hand-split three TF32
+    passes instead of Triton's (stage19_splitdot). Other devices and the low dots: unchanged."""
+    token = _SPLIT.set(True)
+    try:
+        yield
+    finally:
+        _SPLIT.reset(token)
 
 
 @contextlib.contextmanager
@@ -82,6 +100,34 @@ def split_precisions(x: dict, *, low: bool) -> dict:
 LOOP_LAUNCH = dict(num_warps=8, num_stages=1)
 # Kernels on a (B, H, nchunks) grid: the same register argument, software pipelining allowed.
 CHUNK_LAUNCH = dict(num_warps=8)
+
+
+@triton.jit
+def tf32_split(x):
+    """fp32 ``x`` as hi + lo, exactly: hi rounded to TF32 (10 mantissa bits; to nearest, ties
+    away from zero, as PTX's cvt.rna.tf32.f32 rounds finite values), lo = x - hi, whose own
+    TF32 truncation in the tensor core costs ~2^-21 |x|."""
+    bits = x.to(tl.uint32, bitcast=True)
+    hi = ((bits + 0x1000) >> 13 << 13).to(tl.float32, bitcast=True)
+    return hi, x - hi
+
+
+@triton.jit
+def fdot(a, b, PREC: tl.constexpr):
+    """a @ b at precision PREC: tl.dot's input_precision, or SPLIT_TF32X3: the three TF32
+    passes of tf32x3 (lo.hi, hi.lo, then hi.hi, in Triton's order, Triton's own split rounding)
+    chained on one accumulator, without the NaN guard Triton puts on the partial sum before the
+    last pass (64 compares and selects per thread on a [64, 64] result) and without the wait on
+    each pass (stage19_splitdot)."""
+    if PREC == "tf32x3split":
+        a_hi, a_lo = tf32_split(a)
+        b_hi, b_lo = tf32_split(b)
+        acc = tl.dot(a_lo, b_hi, input_precision="tf32")
+        acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+        acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+    else:
+        acc = tl.dot(a, b, input_precision=PREC)
+    return acc
 
 
 def pow2(x: int, lo: int = 16) -> int:
@@ -141,7 +187,7 @@ def swap_halves(x, partner, BN: tl.constexpr, PREC: tl.constexpr):
     """x[:, partner(n)] for every column n, as a 0/1 permutation dot."""
     m = tl.arange(0, BN)
     perm = (m[:, None] == partner[None, :]).to(tl.float32)
-    return tl.dot(x, perm, input_precision=PREC)
+    return fdot(x, perm, PREC)
 
 
 @triton.jit
@@ -161,7 +207,7 @@ def fold_angles(g, jn, rot, RD, BN: tl.constexpr, BRD: tl.constexpr, PREC: tl.co
     """[rows, BN] per-column angle gradients -> [rows, BRD] per angle (sum of each pair)."""
     jj = tl.arange(0, BRD)
     fold = ((jn[:, None] == jj[None, :]) & rot[:, None] & (jj[None, :] < RD)).to(tl.float32)
-    return tl.dot(g, fold, input_precision=PREC)
+    return fdot(g, fold, PREC)
 
 
 @triton.jit
@@ -262,8 +308,8 @@ def score_weights(dkq, wt, same, gamma):
 @triton.jit
 def local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D: tl.constexpr, PREC: tl.constexpr):
     """One chunk's local dPsiV [CR,P] (intra-chunk, qk_dot diagonal, D skip) and DD part [P]."""
-    dpsiv = tl.dot(lkq * wt, dphio, input_precision=PREC)
-    dpsiv += tl.dot(qkd, dphio, input_precision=PREC) * gamma[:, None]
+    dpsiv = fdot(lkq * wt, dphio, PREC)
+    dpsiv += fdot(qkd, dphio, PREC) * gamma[:, None]
     if HAS_D:
         dpsiv += dskip * dphio
         dd_part = tl.sum(dphio * psiv, axis=0)
@@ -281,15 +327,15 @@ def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
     D), dks_loc [CR,N] (w.r.t. ks), dqr_loc [CR,N] (w.r.t. qr), dq_diag / dk_diag [CR,N]
     (qk_dot term, w.r.t. qb / kb), dd_part [P].
     """
-    lkq = tl.dot(ks, tl.trans(qr), input_precision=PREC)  # [CR(k), CR(q)]
-    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
+    lkq = fdot(ks, tl.trans(qr), PREC)  # [CR(k), CR(q)]
+    dkq = fdot(psiv, tl.trans(dphio), PREC)  # [CR(k), CR(q)]
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     dkqw, gd = score_weights(dkq, wt, same, gamma)
     dpsiv, dd_part = local_dpsiv(lkq, wt, qkd, gamma, psiv, dphio, dskip, HAS_D, PREC)
-    dks = tl.dot(dkqw, qr, input_precision=PREC)
-    dqr = tl.dot(tl.trans(dkqw), ks, input_precision=PREC)
-    dq_diag = tl.dot(tl.trans(gd), kb, input_precision=PREC)
-    dk_diag = tl.dot(gd, qb, input_precision=PREC)
+    dks = fdot(dkqw, qr, PREC)
+    dqr = fdot(tl.trans(dkqw), ks, PREC)
+    dq_diag = fdot(tl.trans(gd), kb, PREC)
+    dk_diag = fdot(gd, qb, PREC)
     return dssda, dgam, dpsiv, dks, dqr, dq_diag, dk_diag, dd_part
 
 
@@ -297,7 +343,7 @@ def chunk_local(ks, qr, qb, kb, psiv, dphio, wt, qkd, same, gamma, dskip,
 def state_q_products(dphio, st, qr, ecs, PREC: tl.constexpr):
     """Inter-chunk q side (reads the cached state, not dstates) on a block of N columns: the
     elementwise terms of DDA_CS (to sum over N) [CR, cols] and dqr_inter [CR, cols]."""
-    dq_raw = tl.dot(dphio, tl.trans(st), input_precision=PREC)
+    dq_raw = fdot(dphio, tl.trans(st), PREC)
     return qr * dq_raw, dq_raw * ecs[:, None]
 
 
@@ -311,8 +357,8 @@ def state_q_terms(dphio, st, qr, ecs, C: tl.constexpr, R: tl.constexpr, PREC: tl
 @triton.jit
 def state_k_terms(ks, psiv, dstates, erev, PREC: tl.constexpr):
     """dstates-dependent k side: dpsiv_inter [CR,P], dk_raw [CR,N] (before exp(da_cs_rev))."""
-    dpsiv = tl.dot(ks, dstates, input_precision=PREC) * erev[:, None]
-    dk_raw = tl.dot(psiv, tl.trans(dstates), input_precision=PREC)
+    dpsiv = fdot(ks, dstates, PREC) * erev[:, None]
+    dk_raw = fdot(psiv, tl.trans(dstates), PREC)
     return dpsiv, dk_raw
 
 
@@ -348,7 +394,7 @@ def finalize_qk(DQ, DK, DANG, dqr, dkr, qb, qbp, kb, kbp, cs, sn, dq_diag, dk_di
 @triton.jit
 def dstates_step(dstates, decay, qr, dphio, ecs, PREC: tl.constexpr):
     """The reverse recurrence: from the dstates chunk c sees to the one chunk c-1 sees."""
-    return dstates * decay + tl.dot(tl.trans(qr), dphio * ecs[:, None], input_precision=PREC)
+    return dstates * decay + fdot(tl.trans(qr), dphio * ecs[:, None], PREC)
 
 
 @triton.jit

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
+    fdot, AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
     dot_precision, dstates_step, finalize_qk, fused_rows, load_angles_cs, load_rows,
     load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms,
     store_rows, store_value_sums, value_grads, vec_to_time,
@@ -24,7 +24,7 @@ from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_st
 def tiny_dot(a, b, USE_DOT: tl.constexpr, PREC: tl.constexpr):
     """a [M,K] @ b [K,N] for rank-pair tiles: tl.dot where the tile allows, else broadcast-sum."""
     if USE_DOT:
-        return tl.dot(a, b, input_precision=PREC)
+        return fdot(a, b, PREC)
     else:
         return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
 

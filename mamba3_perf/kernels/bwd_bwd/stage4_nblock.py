@@ -9,7 +9,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step,
+    fdot, AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step,
     finalize_qk, fused_rows, load_angles_cs, load_rows, pow2, rot_cols, scalar_ptr_or_dummy,
     scan_step_operands, store_rows, store_value_sums, value_grads, vec_to_time,
 )
@@ -64,9 +64,9 @@ def bwd_bwd_scan_nblock_kernel(
             ts, erev, ecs, kr, ks, qr, psiv, dphio, decay, st = scan_step_operands(
                 TS_S, EREV_S, ECS_S, KR_S, QR_S, PSIV_S, DPHIO_S, DECAY_S, STATES,
                 bh, bhc, tpos, i, cols, p, S, N, P, CR)
-            part = tl.dot(ks, dstates, input_precision=PREC) * erev[:, None]
+            part = fdot(ks, dstates, PREC) * erev[:, None]
             store_rows(DPSIV_S, load_rows(DPSIV_S, bhc, i, p, P, CR) + part, bhc, i, p, P, CR)
-            dk_raw = tl.dot(psiv, tl.trans(dstates), input_precision=PREC)
+            dk_raw = fdot(psiv, tl.trans(dstates), PREC)
             dks = load_rows(DKS_S, bhc, i, cols, N, CR) + dk_raw * erev[:, None]
             store_rows(DKR_S, dks * ts[:, None], bhc, i, cols, N, CR)
             toff = bh * S + c * C + tc

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
+    fdot, AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
     dstates_step, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
 )
@@ -62,7 +62,7 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
         decay = tl.load(DECAY_S + bhc)
         if TRANS:
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
-            run = run * decay + tl.dot(tl.trans(dphio * ecs[:, None]), qr, input_precision=PREC)
+            run = run * decay + fdot(tl.trans(dphio * ecs[:, None]), qr, PREC)
         else:
             tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)
             run = dstates_step(run, decay, qr, dphio, ecs, PREC)

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
+    fdot, AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, load_biased_rows,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
     score_grads, score_weights, split_precisions, state_q_products, store_rows, vec_to_time, wt_rows,
 )
@@ -64,12 +64,12 @@ def bwd_bwd_aux_streamed_kernel(
     ts = load_time(TS_S, bh, tpos, S)
     psiv, dphio = chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
                                    R, CR, REDUCE_O, INPUTS)
-    dkq = tl.dot(psiv, tl.trans(dphio), input_precision=PREC)  # [CR(k), CR(q)]
+    dkq = fdot(psiv, tl.trans(dphio), PREC)  # [CR(k), CR(q)]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
-        lkq += tl.dot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), input_precision=PREC)
+        lkq += fdot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), PREC)
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
@@ -95,14 +95,14 @@ def bwd_bwd_aux_streamed_kernel(
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        store_rows(DKS_S, tl.dot(dkqw, qr, input_precision=PREC), bhc, i, cols, N, CR)
+        store_rows(DKS_S, fdot(dkqw, qr, PREC), bhc, i, cols, N, CR)
         ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs, PQ)
         if LATE_SUMS:
             acc_cs += ddacs_terms
         else:
             ddacs += vec_to_time(tl.sum(ddacs_terms, axis=1), C, R)
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
-        store_rows(DQR_S, tl.dot(tl.trans(dkqw), ks, input_precision=PQ) + dq_inter, bhc, i, cols, N, CR)
+        store_rows(DQR_S, fdot(tl.trans(dkqw), ks, PQ) + dq_inter, bhc, i, cols, N, CR)
         if not DIAG_BLOCKS:
             if INPUTS:
                 hq = h // (H // G)
@@ -111,8 +111,8 @@ def bwd_bwd_aux_streamed_kernel(
             else:
                 kb = load_rows(KB_S, bhc, i, cols, N, CR)
                 qb = load_rows(QB_S, bhc, i, cols, N, CR)
-            store_rows(DQD_S, tl.dot(tl.trans(gd), kb, input_precision=PLO), bhc, i, cols, N, CR)
-            store_rows(DKD_S, tl.dot(gd, qb, input_precision=PLO), bhc, i, cols, N, CR)
+            store_rows(DQD_S, fdot(tl.trans(gd), kb, PLO), bhc, i, cols, N, CR)
+            store_rows(DKD_S, fdot(gd, qb, PLO), bhc, i, cols, N, CR)
     if LATE_SUMS:
         ddacs = vec_to_time(tl.sum(acc_cs, axis=1), C, R)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
