@@ -44,5 +44,5 @@ def cuda_precisions(monkeypatch):
     def choose(fn):
         monkeypatch.setattr(common, "dot_precision", fn)
 
-    choose(lambda device, *, low=False: original("cuda", low=low))
+    choose(lambda device, **kw: original("cuda", **kw))
     return choose

@@ -43,7 +43,8 @@ def test_split_precision_only_in_its_scope_and_only_for_the_fp32_level_dots():
 
 
 @pytest.mark.parametrize("states_dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("case_id", ["pw-1", "pw-2", "small-N128_P64_R4_C16", "small-N128_P64_R2_C32"])
+@pytest.mark.parametrize("case_id", ["pw-1", "pw-2", "small-N128_P64_R4_C16", "small-N128_P64_R2_C32",
+                                     "small-N64_P128_R4_C16"])
 def test_split_passes_the_golden_with_tf32_emulated(cuda_precisions, case_id, states_dtype):
     """Every fp32-level dot as three TF32 passes: within the golden bound (a single pass, or the
     hi.hi pass alone, is not: test_mixprec.test_split_is_what_passes)."""
@@ -66,3 +67,21 @@ def _hi_only(x):
     bits = x.to(tl.uint32, bitcast=True)
     hi = ((bits + 0x1000) >> 13 << 13).to(tl.float32, bitcast=True)
     return hi, x * 0.0
+
+
+@pytest.mark.parametrize("case_id,aux", [
+    ("small-N64_P128_R4_C16", False), ("small-N128_P128_R4_C8", True), ("small-N128_P64_R4_C16", True),
+    ("small-N128_P64_R1_C64", True), ("small-N16_P64_R4_C8", True),
+])
+def test_the_aux_keeps_tritons_passes_by_the_measured_rule(case_meta, case_id, aux):
+    from mamba3_perf.kernels.bwd_bwd import stage19_splitdot
+
+    assert stage19_splitdot.splits_aux(case_meta(case_id)) is aux
+
+
+def test_the_aux_can_be_left_to_triton():
+    with common.split_tf32x3(aux=False):
+        assert common.dot_precision("cuda", aux=True) == "tf32x3"
+        assert common.dot_precision("cuda") == common.SPLIT_TF32X3
+    with common.split_tf32x3():
+        assert common.dot_precision("cuda", aux=True) == common.SPLIT_TF32X3

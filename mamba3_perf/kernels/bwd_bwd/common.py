@@ -16,13 +16,15 @@ import triton
 import triton.language as tl
 
 
-def dot_precision(device, *, low: bool = False) -> str:
+def dot_precision(device, *, low: bool = False, aux: bool = False) -> str:
     """Input precision of the fp32 dots on ``device``: "tf32x3" on CUDA (three TF32
     tensor-core passes, fp32-level error; the "ieee" FMA dots unroll into code that spills
     tens of KB per thread and compiles for minutes) and "ieee" elsewhere (interpreter, Ascend).
     ``low``: one TF32 pass on CUDA (operands rounded to 10 mantissa bits), for the dots
     :func:`split_precisions` finds only 16-bit-level outputs depend on. Inside
-    :func:`forced_dot_precision` every dot gets the precision forced there, on any device."""
+    :func:`forced_dot_precision` every dot gets the precision forced there, on any device;
+    inside :func:`split_tf32x3` the fp32-level dots get SPLIT_TF32X3 (``aux``: the streamed
+    aux's dots, which the context may leave out)."""
     forced = _FORCED_PRECISION.get()
     if forced is not None:
         return forced
@@ -30,7 +32,8 @@ def dot_precision(device, *, low: bool = False) -> str:
         return "ieee"
     if low:
         return "tf32"
-    return SPLIT_TF32X3 if _SPLIT.get() else "tf32x3"
+    split, split_aux = _SPLIT.get()
+    return SPLIT_TF32X3 if split and (split_aux or not aux) else "tf32x3"
 
 
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
@@ -38,15 +41,17 @@ DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision tak
 SPLIT_TF32X3 = "tf32x3split"
 _FORCED_PRECISION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "forced_dot_precision", default=None)
-_SPLIT: contextvars.ContextVar[bool] = contextvars.ContextVar("split_tf32x3", default=False)
+_SPLIT: contextvars.ContextVar[tuple[bool, bool]] = contextvars.ContextVar("split_tf32x3",
+                                                                          default=(False, False))
 
 
 @contextlib.contextmanager
-def split_tf32x3():
+def split_tf32x3(*, aux: bool = True):
     """Inside, :func:`dot_precision` answers SPLIT_TF32X3 where it would answer "tf32x3": the
     stage launched there runs its fp32-level dots as :func:`fdot`'s hand-split three TF32
-    passes instead of Triton's (stage19_splitdot). Other devices and the low dots: unchanged."""
-    token = _SPLIT.set(True)
+    passes instead of Triton's (stage19_splitdot); ``aux=False`` leaves the streamed aux's dots
+    to Triton. Other devices and the low dots: unchanged."""
+    token = _SPLIT.set((True, aux))
     try:
         yield
     finally:
@@ -89,8 +94,8 @@ def split_precisions(x: dict, *, low: bool) -> dict:
     """
     dev = x["q"].device
     half = low and x["q"].dtype in HALF_DTYPES
-    return dict(PREC=dot_precision(dev), PLO=dot_precision(dev, low=half),
-                PQ=dot_precision(dev, low=half and x["states"].dtype in HALF_DTYPES))
+    return dict(PREC=dot_precision(dev, aux=True), PLO=dot_precision(dev, low=half, aux=True),
+                PQ=dot_precision(dev, low=half and x["states"].dtype in HALF_DTYPES, aux=True))
 
 
 # Launch options of the kernels that loop over chunks: no software pipelining of the loop

@@ -8,7 +8,20 @@ per 16-row block) that guard alone is 80 of the loop's 686 SASS instructions (40
 FSEL; `benchmarks/ptxas_stage.py` with Triton 3.6), and the kernel waits on latency, not on the
 tensor cores. Here the same three passes are written out (common.fdot with SPLIT_TF32X3):
 the same split rounding and order on one accumulator, no NaN guard (the operands are finite:
-every input is), and the passes chained with no wait in between. Everything else is stage18.
+every input is), and the passes chained with no wait in between. ptxas: state_terms' loop 686 ->
+541 instructions, the aux's two N loops 285 -> 196 and 607 -> 576 (its spill stores 748 -> 852 B).
+
+Measured on the H200 with every kernel split, against stage18, one process per case,
+interleaved over 2 rounds, golden 288/288 (records/h200-splitdot-7463f20.json): 1.004-1.034x on
+10 of the 11 official cases and regular-8x512x16x8, 0.959x on N64_P128_R4_C16; 1.012x in
+geomean. Per kernel (`perf profile`, records/profile-*-splitdot-7463f20/): on N64_P128_R4_C16
+the aux lost 2110 -> 2492 us while state_terms gained 1712 -> 1567 and the increments 320 -> 298;
+on N128_P128_R4_C8 the aux gained 2194 -> 2133 and state_terms 3301 -> 3134; on
+N128_P64_R4_C16 the aux 1381 -> 1351, state_terms unchanged. The instruction cut buys little
+(the kernels wait on memory latency at two to four programs per SM, so the removed instructions
+were mostly off the critical path), and the aux's [C*R, P] operands of 8192 elements (P = 128,
+C*R = 64) take it past what its registers hold. So :func:`splits_aux` leaves the aux to Triton
+where C*R*P >= 8192; every other fp32-level dot is split everywhere.
 """
 from __future__ import annotations
 
@@ -17,8 +30,17 @@ from mamba3_perf.kernels.bwd_bwd.common import split_tf32x3
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
+AUX_ELEMS = 8192  # [C*R, P] operand elements from which the aux keeps Triton's tf32x3
+
+
+def splits_aux(meta) -> bool:
+    """Whether the streamed aux's fp32-level dots are split too for ``meta``: where its [C*R, P]
+    operands have fewer than AUX_ELEMS elements (module docstring)."""
+    return meta.C * meta.R * meta.P < AUX_ELEMS
+
+
 def run(x: dict, out: dict, meta) -> None:
-    with split_tf32x3():
+    with split_tf32x3(aux=splits_aux(meta)):
         stage18_widechunk.run(x, out, meta)
 
 
