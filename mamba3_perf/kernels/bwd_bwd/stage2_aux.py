@@ -12,10 +12,10 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fdot, AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords,
-    dot_precision, dstates_step, finalize_qk, fused_rows, load_angles_cs, load_rows,
-    load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms,
-    store_rows, store_value_sums, value_grads, vec_to_time,
+    AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
+    dstates_step, fdot, finalize_qk, fused_rows, load_angles_cs, load_rows, load_state_tile, load_time,
+    rot_cols, scalar_ptr_or_dummy, scan_step_operands, state_k_terms, store_rows, store_value_sums,
+    value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 

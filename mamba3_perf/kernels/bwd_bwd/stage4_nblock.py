@@ -9,7 +9,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
-    fdot, AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step,
+    AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step, fdot,
     finalize_qk, fused_rows, load_angles_cs, load_rows, pow2, rot_cols, scalar_ptr_or_dummy,
     scan_step_operands, store_rows, store_value_sums, value_grads, vec_to_time,
 )
