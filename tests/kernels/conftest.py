@@ -28,7 +28,7 @@ def cuda_precisions(monkeypatch):
     """CUDA's dot precisions on the interpreter (skips where CUDA itself runs): the operands of
     every "tf32" dot rounded to TF32 (10 mantissa bits, to nearest even, as the tensor cores
     take them; "tf32x3" and "ieee" dots stay fp32), and dot_precision answering what it answers
-    on CUDA. Returns a setter for another dot_precision."""
+    on CUDA."""
     if torch.cuda.is_available():
         pytest.skip("emulates CUDA's TF32 on the interpreter")
     create_dot = interpreter.InterpreterBuilder.create_dot
@@ -40,9 +40,4 @@ def cuda_precisions(monkeypatch):
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
-
-    def choose(fn):
-        monkeypatch.setattr(common, "dot_precision", fn)
-
-    choose(lambda device, **kw: original("cuda", **kw))
-    return choose
+    monkeypatch.setattr(common, "dot_precision", lambda device, **kw: original("cuda", **kw))

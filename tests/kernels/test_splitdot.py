@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels import get_case, make_inputs
-from mamba3_perf.kernels.bwd_bwd import common
+from mamba3_perf.kernels.bwd_bwd import common, stage19_splitdot
 from mamba3_perf.kernels.checking import check_stage
 
 
@@ -76,8 +76,6 @@ def _hi_only(x):
     ("small-N128_P64_R1_C64", True), ("small-N16_P64_R4_C8", True),
 ])
 def test_the_aux_keeps_tritons_passes_by_the_measured_rule(case_meta, case_id, aux):
-    from mamba3_perf.kernels.bwd_bwd import stage19_splitdot
-
     assert stage19_splitdot.splits_aux(case_meta(case_id)) is aux
 
 
