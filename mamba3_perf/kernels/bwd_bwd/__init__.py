@@ -20,3 +20,5 @@ from mamba3_perf.kernels.bwd_bwd import stage16_regcap  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage17_scanpass  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage18_widechunk  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage19_splitdot  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage20_auxinc  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage21_halves  # noqa: F401

@@ -168,17 +168,18 @@ def bwd_bwd_post_steptrig_kernel(
 
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
-             post_launch: dict | None = None, **kw) -> None:
+             post_launch: dict | None = None, pre_kernel=None, post_kernel=None, **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
-    ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
+    ``pre_kernel`` / ``post_kernel``: other pre / post kernels of this stage's signatures
+    (stage21); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
-                              pre=functools.partial(stage1_pre.launch_pre, kernel=bwd_bwd_pre_steptrig_kernel,
+                              pre=functools.partial(stage1_pre.launch_pre, kernel=pre_kernel or bwd_bwd_pre_steptrig_kernel,
                                                     launch=pre_launch),
-                              post=functools.partial(prod.launch_post, kernel=bwd_bwd_post_steptrig_kernel,
+                              post=functools.partial(prod.launch_post, kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
                                                    diag_blocks=False, launch=post_launch),
                               **kw)
 

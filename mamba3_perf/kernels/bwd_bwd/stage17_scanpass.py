@@ -84,21 +84,31 @@ def bwd_bwd_pass_scan_kernel(
         u_next = u_ahead
 
 
-def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """stage6_statepass.launch_state_pass's signature: the increments, then the scan."""
+def launch_increments(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """Every chunk's term of the recurrence into DST (bwd_bwd_pass_increment_kernel)."""
     bnb = stage15_passwave.wave_block(meta)
-    bh, nc = meta.B * meta.H, meta.nchunks
-    bwd_bwd_pass_increment_kernel[(bh * nc, triton.cdiv(meta.N, bnb))](
+    bwd_bwd_pass_increment_kernel[(meta.B * meta.H * meta.nchunks, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
         REDUCE_O=meta.reduce_o, INPUTS=inputs, **INCREMENT_LAUNCH,
     )
+
+
+def launch_scan(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """The in-place scan over the terms DST holds (stage6_statepass.launch_state_pass's
+    signature; ``inputs`` is unused: the scan reads only DST and DECAY)."""
     n_p = meta.N * meta.P
-    bwd_bwd_pass_scan_kernel[(bh, triton.cdiv(n_p, SCAN_BLOCK))](
-        s["DECAY"], s["DST"], n_p, nc, BLOCK=SCAN_BLOCK, **SCAN_LAUNCH,
+    bwd_bwd_pass_scan_kernel[(meta.B * meta.H, triton.cdiv(n_p, SCAN_BLOCK))](
+        s["DECAY"], s["DST"], n_p, meta.nchunks, BLOCK=SCAN_BLOCK, **SCAN_LAUNCH,
     )
+
+
+def launch_scan_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
+    """stage6_statepass.launch_state_pass's signature: the increments, then the scan."""
+    launch_increments(x, s, meta, inputs=inputs)
+    launch_scan(x, s, meta, inputs=inputs)
 
 
 def splits_pass(meta) -> bool:
@@ -107,9 +117,16 @@ def splits_pass(meta) -> bool:
     return meta.C * meta.R >= 64 and meta.P >= 64
 
 
-def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage17's pipeline; ``kw``: more stage16_regcap.run_with keywords (stage18)."""
-    stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass if splits_pass(meta) else None, **kw)
+def run_with(x: dict, out: dict, meta, *, aux_increments: int = 0, **kw) -> None:
+    """stage17's pipeline; ``aux_increments``: where the pass splits, the aux forms the
+    increments and only the scan is launched here (stage20); ``kw``: more
+    stage16_regcap.run_with keywords (stage18)."""
+    if not splits_pass(meta):
+        stage16_regcap.run_with(x, out, meta, **kw)
+    elif aux_increments:
+        stage16_regcap.run_with(x, out, meta, state_pass=launch_scan, aux_increments=aux_increments, **kw)
+    else:
+        stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

@@ -42,8 +42,13 @@ def widens(meta) -> bool:
     return meta.C * meta.R * meta.N >= WIDE_ELEMS
 
 
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage18's pipeline; ``kw``: more stage17_scanpass.run_with keywords (stage20)."""
+    stage17_scanpass.run_with(x, out, meta, post_launch=WIDE_LAUNCH if widens(meta) else None, **kw)
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage17_scanpass.run_with(x, out, meta, post_launch=WIDE_LAUNCH if widens(meta) else None)
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

@@ -44,9 +44,14 @@ def splits_aux(meta) -> bool:
     return meta.C * meta.R * meta.P < AUX_ELEMS
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage19's pipeline; ``kw``: more stage18_widechunk.run_with keywords (stage20)."""
     with split_tf32x3(aux=splits_aux(meta)):
-        stage18_widechunk.run(x, out, meta)
+        stage18_widechunk.run_with(x, out, meta, **kw)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

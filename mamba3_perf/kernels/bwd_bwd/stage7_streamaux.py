@@ -45,18 +45,20 @@ def bwd_bwd_aux_streamed_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     DPSIV_S, DKS_S, DQR_S, DQD_S, DKD_S, DDP_S,
     DSSDA, DGAM, DDACS,
-    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S,
+    DOUT, V, MV, MO, Q, K, QBIAS, KBIAS, GDB_S, DST_S,
     S, H, G, N, P,
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr,
+    INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, INCREMENTS: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
     DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
     this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q].
     LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
-    across lanes once, after the loop."""
+    across lanes once, after the loop. INCREMENTS (stage20): the first N loop also forms the
+    chunk's term of the dstates recurrence, (dPhiO exp(da_cs))^T qr, on each block of qr it
+    loads and stores it to DST[c] ([N, P], as stage17's increment kernel does)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -65,11 +67,19 @@ def bwd_bwd_aux_streamed_kernel(
     psiv, dphio = chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
                                    R, CR, REDUCE_O, INPUTS)
     dkq = fdot(psiv, tl.trans(dphio), PREC)  # [CR(k), CR(q)]
+    if INCREMENTS != 0:
+        ecs = load_time(ECS_S, bh, tpos, S)
+    if INCREMENTS == 1:
+        dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
-        lkq += fdot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), PREC)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
+        lkq += fdot(ks, tl.trans(qr), PREC)
+        if INCREMENTS == 1:
+            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], fdot(dphio_e, qr, PREC),
+                     mask=(p < P)[:, None] & (cols < N)[None, :])
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
@@ -88,13 +98,19 @@ def bwd_bwd_aux_streamed_kernel(
         # gd is zero off the same-step blocks: summing the query steps keeps each row's block
         tl.store(GDB_S + (bhc * CR + i[:, None]) * R + tl.arange(0, R)[None, :],
                  tl.sum(tl.reshape(gd, (CR, C, R)), axis=1))
-    ecs = load_time(ECS_S, bh, tpos, S)
+    if INCREMENTS == 0:
+        ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
     if LATE_SUMS:
         acc_cs = tl.zeros([CR, NB], dtype=tl.float32)
+    if INCREMENTS == 2:
+        dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
+        if INCREMENTS == 2:
+            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], fdot(dphio_e, qr, PREC),
+                     mask=(p < P)[:, None] & (cols < N)[None, :])
         store_rows(DKS_S, fdot(dkqw, qr, PREC), bhc, i, cols, N, CR)
         ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs, PQ)
         if LATE_SUMS:
@@ -116,6 +132,13 @@ def bwd_bwd_aux_streamed_kernel(
     if LATE_SUMS:
         ddacs = vec_to_time(tl.sum(acc_cs, axis=1), C, R)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
+    if INCREMENTS == 3:
+        dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
+        for n0 in range(0, N, NB):
+            cols = n0 + nb
+            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None],
+                     fdot(dphio_e, load_rows(QR_S, bhc, i, cols, N, CR), PREC),
+                     mask=(p < P)[:, None] & (cols < N)[None, :])
 
 
 AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
@@ -130,15 +153,19 @@ def folds(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
                inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False,
-               late_sums: bool = False) -> None:
+               late_sums: bool = False, increments: int = 0) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
     diagonal terms' weights into s["GDB"] instead of those terms into DQD / DKD (stage13; only
-    where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14)."""
+    where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14); ``increments``: the
+    dstates recurrence's chunk terms into s["DST"] (stage20; only where it folds)."""
     if diag_blocks and not folds(meta):
         raise ValueError(f"only the streamed aux leaves the diagonal terms to the post kernel; it does not "
                          f"fold C*R = {meta.C * meta.R}")
+    if increments and not folds(meta):
+        raise ValueError(f"only the streamed aux forms the dstates increments; it does not fold "
+                         f"C*R = {meta.C * meta.R}")
     if not folds(meta):
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
@@ -148,11 +175,11 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         *stage6_statepass.value_inputs(x), x["q"], x["k"], x["q_bias"], x["k_bias"],
-        s["GDB"] if diag_blocks else out["DDA_CS"],
+        s["GDB"] if diag_blocks else out["DDA_CS"], s["DST"],
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, **(launch or STREAM_LAUNCH),
+        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, INCREMENTS=increments, **(launch or STREAM_LAUNCH),
     )
 
 
@@ -165,7 +192,7 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None) -> None:
+             state_pass=None, aux_increments: int = 0) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -176,7 +203,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     forms those terms (stage13; ``post`` must take ``diag_blocks``; only where the aux folds);
     ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14);
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
-    the default; stage15)."""
+    the default; stage15); ``aux_increments``: the aux stores the recurrence's chunk terms to
+    DST, which ``state_pass`` must then only scan (stage20)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -185,7 +213,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-               diag_blocks=diag_blocks, late_sums=late_sums)
+               diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)

@@ -1,0 +1,170 @@
+"""stage21_halves: stage20 with the pre and post kernels on the two halves of each q / k row.
+
+The rotary pairs column j with j + N/2 (rotate-half on [0, RD) and [N/2, N/2 + RD)). stage11's
+pre and post kernels hold whole [C, R, N] tiles and read each column's partner by address: the
+pre kernel loads q and k twice (at n and at partner(n)), the post kernel loads the rotated-domain
+gradients DQR / DKR twice and then once more for DANGLES (columns j and j + N/2, j < RD), and
+every load computes a per-column partner index. Here both kernels hold a row as its two halves,
+[C, R, N/2] tiles at columns j and j + N/2, so that a pair is one element of each half: every
+element is loaded once, the rotation is two multiply-adds per half, and DANGLES is formed from
+the tiles already in registers (the angle of column j is 0 where j >= RD: cos 1, sin 0, the
+identity). The same arithmetic as stage11's kernels, term for term.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage20_auxinc
+from mamba3_perf.kernels.bwd_bwd.common import angle_grad_pair, chunk_frame, load_biased, store_chunk_scalars
+from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import _store_cube
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+
+@triton.jit
+def _halves(ANG, b, h, c, S, H, N, RD, C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr):
+    """Index tensors of a chunk's [C, R, BN // 2] half tiles: steps t3 (and their positions tt),
+    ranks r3, the first half's columns j3 (the second half's are j3 + N // 2), the mask of the
+    columns inside a half, and cos / sin of each column's angle ([C, 1, BN // 2]; angle 0 where
+    j >= RD)."""
+    BH: tl.constexpr = BN // 2
+    j3 = tl.arange(0, BH)[None, None, :]
+    t3 = tl.arange(0, C)[:, None, None]
+    tt = c * C + t3
+    a = tl.load(ANG + ((b * S + tt) * H + h) * RD + j3, mask=j3 < RD, other=0.0)
+    return t3, tt, tl.arange(0, R)[None, :, None], j3, j3 < N // 2, tl.cos(a), tl.sin(a)
+
+
+@triton.jit
+def bwd_bwd_pre_halves_kernel(
+    DOUT, Q, K, V, QBIAS, KBIAS, MV, MO, DACS, DACSREV, DT, TRAP, SEGSUM, ANG,
+    QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+    S, H, G, N, P, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
+    INPUTS: tl.constexpr,
+):
+    """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
+    cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2."""
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    hq = h // (H // G)
+    CR: tl.constexpr = C * R
+    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
+    jp3 = j3 + N // 2
+    q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
+    q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
+    _store_cube(QR_S, cs * q1 - sn * q2, bhc, t3, r3, j3, mj3, N, R, CR)
+    _store_cube(QR_S, cs * q2 + sn * q1, bhc, t3, r3, jp3, mj3, N, R, CR)
+    k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
+    k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
+    _store_cube(KR_S, cs * k1 - sn * k2, bhc, t3, r3, j3, mj3, N, R, CR)
+    _store_cube(KR_S, cs * k2 + sn * k1, bhc, t3, r3, jp3, mj3, N, R, CR)
+    if not INPUTS:
+        _store_cube(QB_S, q1, bhc, t3, r3, j3, mj3, N, R, CR)
+        _store_cube(QB_S, q2, bhc, t3, r3, jp3, mj3, N, R, CR)
+        _store_cube(KB_S, k1, bhc, t3, r3, j3, mj3, N, R, CR)
+        _store_cube(KB_S, k2, bhc, t3, r3, jp3, mj3, N, R, CR)
+        stage1_pre.store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, tl.arange(0, BP),
+                                    S, H, P, R, CR, REDUCE_O)
+    store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                        bh, bhc, c, tc, S, C)
+
+
+@triton.jit
+def _pre_rotation_half(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G, N,
+                       R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr):
+    """The pre-rotation q or k on a [C, R, BN // 2] half tile: the inputs plus bias (INPUTS) or
+    the pre kernel's QB / KB scratch."""
+    if INPUTS:
+        x = load_biased(X, BIAS, b, h, hq, tt, r3, cols, S, G, N, R)
+    else:
+        x = tl.load(X_S + (bhc * CR + t3 * R + r3) * N + cols, mask=mask, other=0.0)
+    return x
+
+
+@triton.jit
+def _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G, N,
+               C: tl.constexpr, R: tl.constexpr, BH: tl.constexpr, INPUTS: tl.constexpr, QSIDE: tl.constexpr):
+    """The qk_dot diagonal term of dQ (QSIDE: sum_r_k g[t, r_k, r_q] kb[t, r_k]) or of dK
+    (sum_r_q g[t, r_k, r_q] qb[t, r_q]) on a half tile, from the same-step weight blocks GDB and
+    the other side's pre-rotation rows Y (stage11_steptrig._diag_terms, one side)."""
+    gdb = GDB_S + (bhc * C + t3) * R * R
+    acc = tl.zeros([C, R, BH], dtype=tl.float32)
+    for r in tl.static_range(R):
+        if QSIDE:
+            w = tl.load(gdb + r * R + r3)
+        else:
+            w = tl.load(gdb + r3 * R + r)
+        acc += w * _pre_rotation_half(Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r, cols, mask, S, G, N, R, C * R, INPUTS)
+    return acc
+
+
+@triton.jit
+def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
+                 mj3, rows3, orow, cs, sn, S, G, N, R: tl.constexpr, CR: tl.constexpr, BH: tl.constexpr,
+                 INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, QSIDE: tl.constexpr):
+    """dQ (QSIDE) or dK of a chunk from its rotated-domain gradient rows DXR and the diagonal
+    term (from GDB and the other side's pre-rotation rows Y, or the aux's DXD rows); returns this
+    side's DANGLES terms [C, R, BH] (X: this side's pre-rotation rows)."""
+    C: tl.constexpr = CR // R
+    if DIAG_BLOCKS:
+        e1 = _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N, C, R, BH, INPUTS, QSIDE)
+        e2 = _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N, C, R, BH, INPUTS, QSIDE)
+    else:
+        e1 = tl.load(DXD_S + rows3 + j3, mask=mj3, other=0.0)
+        e2 = tl.load(DXD_S + rows3 + jp3, mask=mj3, other=0.0)
+    d1 = tl.load(DXR_S + rows3 + j3, mask=mj3, other=0.0)
+    d2 = tl.load(DXR_S + rows3 + jp3, mask=mj3, other=0.0)
+    tl.store(DX + orow + j3, (cs * d1 + sn * d2 + e1).to(DX.dtype.element_ty), mask=mj3)
+    tl.store(DX + orow + jp3, (cs * d2 - sn * d1 + e2).to(DX.dtype.element_ty), mask=mj3)
+    return angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N,
+                                                      R, CR, INPUTS),
+                           _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N,
+                                              R, CR, INPUTS), cs, sn)
+
+
+@triton.jit
+def bwd_bwd_post_halves_kernel(
+    ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
+    DQ, DK, DANG,
+    Q, K, QBIAS, KBIAS,
+    S, H, G, N, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr,
+):
+    """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles: dx_j =
+    cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the rotated-domain gradient, j' = j + N/2),
+    and DANGLES from the same d and the pre-rotation halves, summed over the ranks for j < RD."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    CR: tl.constexpr = C * R
+    BH: tl.constexpr = BN // 2
+    hq = h // (H // G)
+    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
+    jp3 = j3 + N // 2
+    rows3 = (bhc * CR + t3 * R + r3) * N
+    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
+    g = _finish_half(DQR_S, DQD_S, DQ, GDB_S, KB_S, K, KBIAS, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
+                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True)
+    g += _finish_half(DKR_S, DKD_S, DK, GDB_S, QB_S, Q, QBIAS, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
+                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False)
+    j2 = tl.arange(0, BH)[None, :]
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage20_auxinc.run_with(x, out, meta, pre_kernel=bwd_bwd_pre_halves_kernel,
+                            post_kernel=bwd_bwd_post_halves_kernel)
+
+
+_S20 = stage20_auxinc.STAGE.kernels
+STAGE = register_stage(StageSpec(
+    name="stage21_halves",
+    parent="stage20_auxinc",
+    summary="the pre and post kernels hold each q / k row as its two rotary halves: every element "
+            "loaded once, no partner-column addressing, DANGLES from the tiles in registers",
+    entry=run,
+    kernels=(KernelSpec("bwd_bwd_pre_halves_kernel", Tag.PRE,
+                        "discretization, rotary on the two halves of each row, into scratch"),) + _S20[1:-1]
+    + (KernelSpec("bwd_bwd_post_halves_kernel", Tag.POST,
+                  "inverse rotary on the two halves of each row, diagonal correction, DANGLES"),),
+    zero_outputs=False,
+))
