@@ -17,7 +17,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import angle_grad_pair, chunk_frame, load_biased, store_chunk_scalars
-from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import _store_cube
+from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import _angle_grad_cube, _diag_terms, _store_cube
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -101,7 +101,7 @@ def _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G
 @triton.jit
 def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
                  mj3, rows3, orow, cs, sn, S, G, N, R: tl.constexpr, CR: tl.constexpr, BH: tl.constexpr,
-                 INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, QSIDE: tl.constexpr):
+                 INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, QSIDE: tl.constexpr, mx3):
     """dQ (QSIDE) or dK of a chunk from its rotated-domain gradient rows DXR and the diagonal
     term (from GDB and the other side's pre-rotation rows Y, or the aux's DXD rows); returns this
     side's DANGLES terms [C, R, BH] (X: this side's pre-rotation rows)."""
@@ -116,9 +116,9 @@ def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq
     d2 = tl.load(DXR_S + rows3 + jp3, mask=mj3, other=0.0)
     tl.store(DX + orow + j3, (cs * d1 + sn * d2 + e1).to(DX.dtype.element_ty), mask=mj3)
     tl.store(DX + orow + jp3, (cs * d2 - sn * d1 + e2).to(DX.dtype.element_ty), mask=mj3)
-    return angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N,
+    return angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mx3, S, G, N,
                                                       R, CR, INPUTS),
-                           _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N,
+                           _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mx3, S, G, N,
                                               R, CR, INPUTS), cs, sn)
 
 
@@ -129,7 +129,7 @@ def bwd_bwd_post_halves_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, MASKX: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles: dx_j =
     cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the rotated-domain gradient, j' = j + N/2),
@@ -142,11 +142,68 @@ def bwd_bwd_post_halves_kernel(
     jp3 = j3 + N // 2
     rows3 = (bhc * CR + t3 * R + r3) * N
     orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
+    if MASKX:
+        mx3 = mj3 & (j3 < RD)
+    else:
+        mx3 = mj3
     g = _finish_half(DQR_S, DQD_S, DQ, GDB_S, KB_S, K, KBIAS, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
-                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True)
+                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True, mx3)
     g += _finish_half(DKR_S, DKD_S, DK, GDB_S, QB_S, Q, QBIAS, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
-                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False)
+                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False, mx3)
     j2 = tl.arange(0, BH)[None, :]
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
+
+
+@triton.jit
+def bwd_bwd_post_halves2_kernel(
+    ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
+    DQ, DK, DANG,
+    Q, K, QBIAS, KBIAS,
+    S, H, G, N, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr,
+):
+    """experiment: stage11's post kernel in its own order (diagonal terms of both sides, dQ, dK,
+    then DANGLES on [C, R, BRD] tiles it loads again), dQ / dK on half tiles."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    CR: tl.constexpr = C * R
+    BH: tl.constexpr = BN // 2
+    hq = h // (H // G)
+    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
+    jp3 = j3 + N // 2
+    rows3 = (bhc * CR + t3 * R + r3) * N
+    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
+    if DIAG_BLOCKS:
+        dq1, dk1 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
+                               S, G, N, C, R, BH, INPUTS)
+        dq2, dk2 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, jp3,
+                               S, G, N, C, R, BH, INPUTS)
+    else:
+        dq1 = tl.load(DQD_S + rows3 + j3, mask=mj3, other=0.0)
+        dq2 = tl.load(DQD_S + rows3 + jp3, mask=mj3, other=0.0)
+        dk1 = tl.load(DKD_S + rows3 + j3, mask=mj3, other=0.0)
+        dk2 = tl.load(DKD_S + rows3 + jp3, mask=mj3, other=0.0)
+    d1 = tl.load(DQR_S + rows3 + j3, mask=mj3, other=0.0)
+    d2 = tl.load(DQR_S + rows3 + jp3, mask=mj3, other=0.0)
+    tl.store(DQ + orow + j3, (cs * d1 + sn * d2 + dq1).to(DQ.dtype.element_ty), mask=mj3)
+    tl.store(DQ + orow + jp3, (cs * d2 - sn * d1 + dq2).to(DQ.dtype.element_ty), mask=mj3)
+    d1 = tl.load(DKR_S + rows3 + j3, mask=mj3, other=0.0)
+    d2 = tl.load(DKR_S + rows3 + jp3, mask=mj3, other=0.0)
+    tl.store(DK + orow + j3, (cs * d1 + sn * d2 + dk1).to(DK.dtype.element_ty), mask=mj3)
+    tl.store(DK + orow + jp3, (cs * d2 - sn * d1 + dk2).to(DK.dtype.element_ty), mask=mj3)
+    j = tl.arange(0, BRD)[None, None, :]
+    mj = j < RD
+    jp = j + N // 2
+    aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)
+    cj = tl.cos(aj)
+    sj = tl.sin(aj)
+    q1 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+    q2 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+    k1 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+    k2 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+    g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
+         + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+    j2 = tl.arange(0, BRD)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
 
 
@@ -168,3 +225,28 @@ STAGE = register_stage(StageSpec(
                   "inverse rotary on the two halves of each row, diagonal correction, DANGLES"),),
     zero_outputs=False,
 ))
+
+
+def _variant(post_kernel, post_kw, pre_kw):
+    def run_v(x, out, meta):
+        stage20_auxinc.run_with(x, out, meta, pre_kernel=_Launcher(bwd_bwd_pre_halves_kernel, pre_kw),
+                                post_kernel=_Launcher(post_kernel, post_kw))
+    return run_v
+
+
+class _Launcher:
+    def __init__(self, kernel, kw):
+        self.kernel, self.kw = kernel, kw
+
+    def __getitem__(self, grid):
+        return lambda *a, **k: self.kernel[grid](*a, **{**k, **self.kw})
+
+
+for _name, _kernel, _kw, _pkw in (("stage21_halves2", bwd_bwd_post_halves2_kernel, {}, {}),
+                                  ("stage21_halves3", bwd_bwd_post_halves_kernel, dict(MASKX=True), {}),
+                                  ("stage21_halves4", bwd_bwd_post_halves_kernel, dict(num_warps=8), {}),
+                                  ("stage21_halves5", bwd_bwd_post_halves_kernel, {}, dict(maxnreg=None))):
+    register_stage(StageSpec(name=_name, parent="stage20_auxinc", summary="experiment",
+                             entry=_variant(_kernel, _kw, _pkw),
+                             kernels=STAGE.kernels[:-1] + (KernelSpec(_kernel.__name__, Tag.POST, "experiment"),),
+                             zero_outputs=False))
