@@ -112,6 +112,15 @@ def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq
     else:
         e1 = tl.load(DXD_S + rows3 + j3, mask=mj3, other=0.0)
         e2 = tl.load(DXD_S + rows3 + jp3, mask=mj3, other=0.0)
+    return _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
+                       cs, sn, S, G, N, R, CR, INPUTS, mx3)
+
+
+@triton.jit
+def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow, cs, sn,
+                S, G, N, R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr, mx3):
+    """dQ or dK on both halves from the rotated-domain rows DXR plus the diagonal terms e1, e2;
+    returns this side's DANGLES terms (X: this side's pre-rotation rows)."""
     d1 = tl.load(DXR_S + rows3 + j3, mask=mj3, other=0.0)
     d2 = tl.load(DXR_S + rows3 + jp3, mask=mj3, other=0.0)
     tl.store(DX + orow + j3, (cs * d1 + sn * d2 + e1).to(DX.dtype.element_ty), mask=mj3)
@@ -120,6 +129,43 @@ def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq
                                                       R, CR, INPUTS),
                            _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mx3, S, G, N,
                                               R, CR, INPUTS), cs, sn)
+
+
+@triton.jit
+def bwd_bwd_post_halves6_kernel(
+    ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
+    DQ, DK, DANG,
+    Q, K, QBIAS, KBIAS,
+    S, H, G, N, RD,
+    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr,
+):
+    """experiment: both sides' diagonal terms first (stage11's order), then each side's dQ / dK
+    and DANGLES terms from the half tiles in registers."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    CR: tl.constexpr = C * R
+    BH: tl.constexpr = BN // 2
+    hq = h // (H // G)
+    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
+    jp3 = j3 + N // 2
+    rows3 = (bhc * CR + t3 * R + r3) * N
+    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
+    if DIAG_BLOCKS:
+        dq1, dk1 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
+                               S, G, N, C, R, BH, INPUTS)
+        dq2, dk2 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, jp3,
+                               S, G, N, C, R, BH, INPUTS)
+    else:
+        dq1 = tl.load(DQD_S + rows3 + j3, mask=mj3, other=0.0)
+        dq2 = tl.load(DQD_S + rows3 + jp3, mask=mj3, other=0.0)
+        dk1 = tl.load(DKD_S + rows3 + j3, mask=mj3, other=0.0)
+        dk2 = tl.load(DKD_S + rows3 + jp3, mask=mj3, other=0.0)
+    g = _store_half(DQR_S, DQ, dq1, dq2, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
+                    cs, sn, S, G, N, R, CR, INPUTS, mj3)
+    g += _store_half(DKR_S, DK, dk1, dk2, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
+                     cs, sn, S, G, N, R, CR, INPUTS, mj3)
+    j2 = tl.arange(0, BH)[None, :]
+    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
 
 
 @triton.jit
@@ -243,9 +289,7 @@ class _Launcher:
 
 
 for _name, _kernel, _kw, _pkw in (("stage21_halves2", bwd_bwd_post_halves2_kernel, {}, {}),
-                                  ("stage21_halves3", bwd_bwd_post_halves_kernel, dict(MASKX=True), {}),
-                                  ("stage21_halves4", bwd_bwd_post_halves_kernel, dict(num_warps=8), {}),
-                                  ("stage21_halves5", bwd_bwd_post_halves_kernel, {}, dict(maxnreg=None))):
+                                  ("stage21_halves6", bwd_bwd_post_halves6_kernel, {}, {})):
     register_stage(StageSpec(name=_name, parent="stage20_auxinc", summary="experiment",
                              entry=_variant(_kernel, _kw, _pkw),
                              kernels=STAGE.kernels[:-1] + (KernelSpec(_kernel.__name__, Tag.POST, "experiment"),),

@@ -56,7 +56,7 @@ def bwd_bwd_aux_streamed_kernel(
     DIAG_BLOCKS (stage13): the qk_dot diagonal terms of dQ / dK are left to the post kernel;
     this stores only their weights, the same-step blocks of gd, as GDB[c, t*R + r_k, r_q].
     LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
-    across lanes once, after the loop. INCREMENTS (stage20): the first N loop also forms the
+    across lanes once, after the loop. INCREMENTS (stage20): the second N loop also forms the
     chunk's term of the dstates recurrence, (dPhiO exp(da_cs))^T qr, on each block of qr it
     loads and stores it to DST[c] ([N, P], as stage17's increment kernel does)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
@@ -67,19 +67,11 @@ def bwd_bwd_aux_streamed_kernel(
     psiv, dphio = chunk_psiv_dphio(PSIV_S, DPHIO_S, DOUT, V, MV, MO, b, h, bhc, i, tpos, ri, p, S, H, P,
                                    R, CR, REDUCE_O, INPUTS)
     dkq = fdot(psiv, tl.trans(dphio), PREC)  # [CR(k), CR(q)]
-    if INCREMENTS != 0:
-        ecs = load_time(ECS_S, bh, tpos, S)
-    if INCREMENTS == 1:
-        dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
     for n0 in range(0, N, NB):
         cols = n0 + nb
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
-        qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        lkq += fdot(ks, tl.trans(qr), PREC)
-        if INCREMENTS == 1:
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], fdot(dphio_e, qr, PREC),
-                     mask=(p < P)[:, None] & (cols < N)[None, :])
+        lkq += fdot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), PREC)
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
@@ -98,17 +90,16 @@ def bwd_bwd_aux_streamed_kernel(
         # gd is zero off the same-step blocks: summing the query steps keeps each row's block
         tl.store(GDB_S + (bhc * CR + i[:, None]) * R + tl.arange(0, R)[None, :],
                  tl.sum(tl.reshape(gd, (CR, C, R)), axis=1))
-    if INCREMENTS == 0:
-        ecs = load_time(ECS_S, bh, tpos, S)
+    ecs = load_time(ECS_S, bh, tpos, S)
     ddacs = tl.zeros([C], dtype=tl.float32)
     if LATE_SUMS:
         acc_cs = tl.zeros([CR, NB], dtype=tl.float32)
-    if INCREMENTS == 2:
+    if INCREMENTS:
         dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     for n0 in range(0, N, NB):
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
-        if INCREMENTS == 2:
+        if INCREMENTS:
             tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], fdot(dphio_e, qr, PREC),
                      mask=(p < P)[:, None] & (cols < N)[None, :])
         store_rows(DKS_S, fdot(dkqw, qr, PREC), bhc, i, cols, N, CR)
@@ -132,13 +123,6 @@ def bwd_bwd_aux_streamed_kernel(
     if LATE_SUMS:
         ddacs = vec_to_time(tl.sum(acc_cs, axis=1), C, R)
     tl.store(DDACS + bh * S + c * C + tc, ddacs)
-    if INCREMENTS == 3:
-        dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
-        for n0 in range(0, N, NB):
-            cols = n0 + nb
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None],
-                     fdot(dphio_e, load_rows(QR_S, bhc, i, cols, N, CR), PREC),
-                     mask=(p < P)[:, None] & (cols < N)[None, :])
 
 
 AUX_MAX_ROWS = 64  # [C*R, C*R] fp32 tiles beyond this would spill far more than stage5's aux
@@ -153,7 +137,7 @@ def folds(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
                inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False,
-               late_sums: bool = False, increments: int = 0) -> None:
+               late_sums: bool = False, increments: bool = False) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
@@ -192,7 +176,7 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, aux_increments: int = 0) -> None:
+             state_pass=None, aux_increments: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
