@@ -32,7 +32,6 @@ import re
 import sys
 import time
 
-POINTER = {"torch.float32": "*fp32", "torch.bfloat16": "*bf16", "torch.float16": "*fp16"}
 SM90 = ("cuda", 90, 32)
 _MMA = re.compile(r"nvidia_mma<\{versionMajor = (\d+)[^}]*instrShape = \[([\d, ]+)\]")
 
@@ -124,12 +123,13 @@ def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
 
 def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | None = None,
                    warps: int | None = None, stages: int | None = None, maxnreg: int | None = None):
-    """triton.compile of one captured launch (PREC / num_warps / num_stages / the register cap
-    maxnreg optionally overridden)."""
-    import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    """Compile one captured launch through Triton's own JIT path in warmup mode against a
+    stand-in ``target`` driver (PREC / num_warps / num_stages / the register cap maxnreg
+    optionally overridden): the binary a GPU process builds for that launch, with the same
+    specializations of its integer and pointer arguments (divisibility by 16, which decides
+    vector widths). Returns (compiled kernel, launch options)."""
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
 
     kwargs = dict(kwargs)
     opts = dict(num_warps=kwargs.pop("num_warps", 4), num_stages=kwargs.pop("num_stages", 3),
@@ -142,18 +142,14 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
         opts["maxnreg"] = maxnreg
     if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
-    values = {**dict(zip(fn.arg_names, args)), **kwargs}
-    sig, consts = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        v = values[name]
-        if isinstance(v, torch.Tensor):
-            sig[name] = POINTER[str(v.dtype)]
-        elif name in kwargs:
-            sig[name], consts[(i,)] = "constexpr", v
-        else:
-            sig[name] = "i32"
-    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
-                          target=GPUTarget(*target), options=opts), opts
+    before = driver._active
+    driver.set_active(_StandInDriver(target))
+    try:
+        kernel = JITFunction.run(fn, *args, grid=(1,), warmup=True, **kwargs,
+                                 **{k: v for k, v in opts.items() if v is not None})
+    finally:
+        driver.set_active(before)
+    return kernel, opts
 
 
 def mma_shapes(ttgir: str) -> list[dict]:

@@ -175,7 +175,7 @@ def bwd_bwd_post_halves_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr, MASKX: tl.constexpr = False,
+    GDB_S, DIAG_BLOCKS: tl.constexpr,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles: dx_j =
     cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the rotated-domain gradient, j' = j + N/2),
@@ -188,14 +188,10 @@ def bwd_bwd_post_halves_kernel(
     jp3 = j3 + N // 2
     rows3 = (bhc * CR + t3 * R + r3) * N
     orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
-    if MASKX:
-        mx3 = mj3 & (j3 < RD)
-    else:
-        mx3 = mj3
     g = _finish_half(DQR_S, DQD_S, DQ, GDB_S, KB_S, K, KBIAS, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
-                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True, mx3)
+                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True, mj3)
     g += _finish_half(DKR_S, DKD_S, DK, GDB_S, QB_S, Q, QBIAS, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
-                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False, mx3)
+                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False, mj3)
     j2 = tl.arange(0, BH)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
 
