@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage20_auxinc
+from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import angle_grad_pair, chunk_frame, load_biased, store_chunk_scalars
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import _angle_grad_cube, _diag_terms, _store_cube
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -82,66 +82,32 @@ def _pre_rotation_half(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G
 
 
 @triton.jit
-def _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G, N,
-               C: tl.constexpr, R: tl.constexpr, BH: tl.constexpr, INPUTS: tl.constexpr, QSIDE: tl.constexpr):
-    """The qk_dot diagonal term of dQ (QSIDE: sum_r_k g[t, r_k, r_q] kb[t, r_k]) or of dK
-    (sum_r_q g[t, r_k, r_q] qb[t, r_q]) on a half tile, from the same-step weight blocks GDB and
-    the other side's pre-rotation rows Y (stage11_steptrig._diag_terms, one side)."""
-    gdb = GDB_S + (bhc * C + t3) * R * R
-    acc = tl.zeros([C, R, BH], dtype=tl.float32)
-    for r in tl.static_range(R):
-        if QSIDE:
-            w = tl.load(gdb + r * R + r3)
-        else:
-            w = tl.load(gdb + r3 * R + r)
-        acc += w * _pre_rotation_half(Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r, cols, mask, S, G, N, R, C * R, INPUTS)
-    return acc
-
-
-@triton.jit
-def _finish_half(DXR_S, DXD_S, DX, GDB_S, Y_S, Y, YBIAS, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
-                 mj3, rows3, orow, cs, sn, S, G, N, R: tl.constexpr, CR: tl.constexpr, BH: tl.constexpr,
-                 INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, QSIDE: tl.constexpr, mx3):
-    """dQ (QSIDE) or dK of a chunk from its rotated-domain gradient rows DXR and the diagonal
-    term (from GDB and the other side's pre-rotation rows Y, or the aux's DXD rows); returns this
-    side's DANGLES terms [C, R, BH] (X: this side's pre-rotation rows)."""
-    C: tl.constexpr = CR // R
-    if DIAG_BLOCKS:
-        e1 = _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N, C, R, BH, INPUTS, QSIDE)
-        e2 = _diag_half(GDB_S, Y_S, Y, YBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N, C, R, BH, INPUTS, QSIDE)
-    else:
-        e1 = tl.load(DXD_S + rows3 + j3, mask=mj3, other=0.0)
-        e2 = tl.load(DXD_S + rows3 + jp3, mask=mj3, other=0.0)
-    return _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
-                       cs, sn, S, G, N, R, CR, INPUTS, mx3)
-
-
-@triton.jit
 def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow, cs, sn,
-                S, G, N, R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr, mx3):
+                S, G, N, R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr, REG_DANGLES: tl.constexpr):
     """dQ or dK on both halves from the rotated-domain rows DXR plus the diagonal terms e1, e2;
-    returns this side's DANGLES terms (X: this side's pre-rotation rows)."""
+    REG_DANGLES: returns this side's DANGLES terms [C, R, BN // 2] from the rows in registers
+    and the pre-rotation halves of X (this side's q or k)."""
     d1 = tl.load(DXR_S + rows3 + j3, mask=mj3, other=0.0)
     d2 = tl.load(DXR_S + rows3 + jp3, mask=mj3, other=0.0)
     tl.store(DX + orow + j3, (cs * d1 + sn * d2 + e1).to(DX.dtype.element_ty), mask=mj3)
     tl.store(DX + orow + jp3, (cs * d2 - sn * d1 + e2).to(DX.dtype.element_ty), mask=mj3)
-    return angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mx3, S, G, N,
-                                                      R, CR, INPUTS),
-                           _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mx3, S, G, N,
-                                              R, CR, INPUTS), cs, sn)
+    g = 0.0
+    if REG_DANGLES:
+        g = angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N,
+                                                       R, CR, INPUTS),
+                            _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N,
+                                               R, CR, INPUTS), cs, sn)
+    return g
 
 
 @triton.jit
-def bwd_bwd_post_halves6_kernel(
-    ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
-    DQ, DK, DANG,
-    Q, K, QBIAS, KBIAS,
-    S, H, G, N, RD,
-    C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr,
-):
-    """experiment: both sides' diagonal terms first (stage11's order), then each side's dQ / dK
-    and DANGLES terms from the half tiles in registers."""
+def _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS,
+                 S, H, G, N, RD, C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
+                 INPUTS: tl.constexpr, GDB_S, DIAG_BLOCKS: tl.constexpr, REG_DANGLES: tl.constexpr):
+    """The post kernel on half tiles: the diagonal terms of both sides first (stage11's
+    _diag_terms on each half), then dx_j = cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the
+    rotated-domain gradient, j' = j + N/2) for dQ and dK; DANGLES from the half tiles in
+    registers (REG_DANGLES), or as stage11 forms it, on [C, R, BRD] tiles loaded again."""
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     BH: tl.constexpr = BN // 2
@@ -161,10 +127,25 @@ def bwd_bwd_post_halves6_kernel(
         dk1 = tl.load(DKD_S + rows3 + j3, mask=mj3, other=0.0)
         dk2 = tl.load(DKD_S + rows3 + jp3, mask=mj3, other=0.0)
     g = _store_half(DQR_S, DQ, dq1, dq2, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
-                    cs, sn, S, G, N, R, CR, INPUTS, mj3)
+                    cs, sn, S, G, N, R, CR, INPUTS, REG_DANGLES)
     g += _store_half(DKR_S, DK, dk1, dk2, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
-                     cs, sn, S, G, N, R, CR, INPUTS, mj3)
-    j2 = tl.arange(0, BH)[None, :]
+                     cs, sn, S, G, N, R, CR, INPUTS, REG_DANGLES)
+    if REG_DANGLES:
+        j2 = tl.arange(0, BH)[None, :]
+    else:
+        j = tl.arange(0, BRD)[None, None, :]
+        mj = j < RD
+        jp = j + N // 2
+        aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)
+        cj = tl.cos(aj)
+        sj = tl.sin(aj)
+        q1 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+        q2 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+        k1 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+        k2 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+        g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
+             + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+        j2 = tl.arange(0, BRD)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
 
 
@@ -177,27 +158,14 @@ def bwd_bwd_post_halves_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
     GDB_S, DIAG_BLOCKS: tl.constexpr,
 ):
-    """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles: dx_j =
-    cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the rotated-domain gradient, j' = j + N/2),
-    and DANGLES from the same d and the pre-rotation halves, summed over the ranks for j < RD."""
-    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
-    CR: tl.constexpr = C * R
-    BH: tl.constexpr = BN // 2
-    hq = h // (H // G)
-    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
-    jp3 = j3 + N // 2
-    rows3 = (bhc * CR + t3 * R + r3) * N
-    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
-    g = _finish_half(DQR_S, DQD_S, DQ, GDB_S, KB_S, K, KBIAS, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3,
-                     mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, True, mj3)
-    g += _finish_half(DKR_S, DKD_S, DK, GDB_S, QB_S, Q, QBIAS, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
-                      jp3, mj3, rows3, orow, cs, sn, S, G, N, R, CR, BH, INPUTS, DIAG_BLOCKS, False, mj3)
-    j2 = tl.arange(0, BH)[None, :]
-    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
+    """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) with dQ / dK on half
+    tiles, DANGLES as stage11 forms it."""
+    _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False)
 
 
 @triton.jit
-def bwd_bwd_post_halves2_kernel(
+def bwd_bwd_post_halves_regs_kernel(
     ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S,
     DQ, DK, DANG,
     Q, K, QBIAS, KBIAS,
@@ -205,88 +173,47 @@ def bwd_bwd_post_halves2_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
     GDB_S, DIAG_BLOCKS: tl.constexpr,
 ):
-    """experiment: stage11's post kernel in its own order (diagonal terms of both sides, dQ, dK,
-    then DANGLES on [C, R, BRD] tiles it loads again), dQ / dK on half tiles."""
-    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
-    CR: tl.constexpr = C * R
-    BH: tl.constexpr = BN // 2
-    hq = h // (H // G)
-    t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)
-    jp3 = j3 + N // 2
-    rows3 = (bhc * CR + t3 * R + r3) * N
-    orow = ((b * S * R + c * CR + t3 * R + r3) * H + h) * N
-    if DIAG_BLOCKS:
-        dq1, dk1 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, j3,
-                               S, G, N, C, R, BH, INPUTS)
-        dq2, dk2 = _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, jp3,
-                               S, G, N, C, R, BH, INPUTS)
-    else:
-        dq1 = tl.load(DQD_S + rows3 + j3, mask=mj3, other=0.0)
-        dq2 = tl.load(DQD_S + rows3 + jp3, mask=mj3, other=0.0)
-        dk1 = tl.load(DKD_S + rows3 + j3, mask=mj3, other=0.0)
-        dk2 = tl.load(DKD_S + rows3 + jp3, mask=mj3, other=0.0)
-    d1 = tl.load(DQR_S + rows3 + j3, mask=mj3, other=0.0)
-    d2 = tl.load(DQR_S + rows3 + jp3, mask=mj3, other=0.0)
-    tl.store(DQ + orow + j3, (cs * d1 + sn * d2 + dq1).to(DQ.dtype.element_ty), mask=mj3)
-    tl.store(DQ + orow + jp3, (cs * d2 - sn * d1 + dq2).to(DQ.dtype.element_ty), mask=mj3)
-    d1 = tl.load(DKR_S + rows3 + j3, mask=mj3, other=0.0)
-    d2 = tl.load(DKR_S + rows3 + jp3, mask=mj3, other=0.0)
-    tl.store(DK + orow + j3, (cs * d1 + sn * d2 + dk1).to(DK.dtype.element_ty), mask=mj3)
-    tl.store(DK + orow + jp3, (cs * d2 - sn * d1 + dk2).to(DK.dtype.element_ty), mask=mj3)
-    j = tl.arange(0, BRD)[None, None, :]
-    mj = j < RD
-    jp = j + N // 2
-    aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)
-    cj = tl.cos(aj)
-    sj = tl.sin(aj)
-    q1 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
-    q2 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-    k1 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
-    k2 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-    g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
-         + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
-    j2 = tl.arange(0, BRD)[None, :]
-    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
+    """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles, DANGLES
+    from the rotated-domain rows in registers and the pre-rotation halves."""
+    _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True)
+
+
+def pre_kernel(meta):
+    """The pre kernel for ``meta`` (module docstring): on half tiles where P <= 64, stage11's
+    elsewhere (None)."""
+    return bwd_bwd_pre_halves_kernel if meta.P <= 64 else None
+
+
+def post_kernel(meta):
+    """The post kernel for ``meta`` (module docstring): DANGLES from registers where N <= 32 or
+    R = 1; stage11's order on half tiles where the post kernel runs on 16 warps
+    (stage18_widechunk.widens) with C >= 16; stage11's kernel elsewhere (None)."""
+    if meta.N <= 32 or meta.R == 1:
+        return bwd_bwd_post_halves_regs_kernel
+    if stage18_widechunk.widens(meta) and meta.C >= 16:
+        return bwd_bwd_post_halves_kernel
+    return None
 
 
 def run(x: dict, out: dict, meta) -> None:
-    stage20_auxinc.run_with(x, out, meta, pre_kernel=bwd_bwd_pre_halves_kernel,
-                            post_kernel=bwd_bwd_post_halves_kernel)
+    stage20_auxinc.run_with(x, out, meta, pre_kernel=pre_kernel(meta), post_kernel=post_kernel(meta))
 
 
 _S20 = stage20_auxinc.STAGE.kernels
 STAGE = register_stage(StageSpec(
     name="stage21_halves",
     parent="stage20_auxinc",
-    summary="the pre and post kernels hold each q / k row as its two rotary halves: every element "
-            "loaded once, no partner-column addressing, DANGLES from the tiles in registers",
+    summary="the pre and post kernels hold each q / k row as its two rotary halves where that "
+            "measured faster: each element loaded once, no partner-column addressing",
     entry=run,
+    # stage11's pre and post kernels stay in the list: the shapes outside the rules launch them
     kernels=(KernelSpec("bwd_bwd_pre_halves_kernel", Tag.PRE,
-                        "discretization, rotary on the two halves of each row, into scratch"),) + _S20[1:-1]
+                        "discretization, rotary on the two halves of each row, into scratch"),) + _S20
     + (KernelSpec("bwd_bwd_post_halves_kernel", Tag.POST,
-                  "inverse rotary on the two halves of each row, diagonal correction, DANGLES"),),
+                  "inverse rotary on the two halves of each row, diagonal correction, DANGLES"),
+       KernelSpec("bwd_bwd_post_halves_regs_kernel", Tag.POST,
+                  "inverse rotary on the two halves of each row, diagonal correction, DANGLES from "
+                  "the rows in registers")),
     zero_outputs=False,
 ))
-
-
-def _variant(post_kernel, post_kw, pre_kw):
-    def run_v(x, out, meta):
-        stage20_auxinc.run_with(x, out, meta, pre_kernel=_Launcher(bwd_bwd_pre_halves_kernel, pre_kw),
-                                post_kernel=_Launcher(post_kernel, post_kw))
-    return run_v
-
-
-class _Launcher:
-    def __init__(self, kernel, kw):
-        self.kernel, self.kw = kernel, kw
-
-    def __getitem__(self, grid):
-        return lambda *a, **k: self.kernel[grid](*a, **{**k, **self.kw})
-
-
-for _name, _kernel, _kw, _pkw in (("stage21_halves2", bwd_bwd_post_halves2_kernel, {}, {}),
-                                  ("stage21_halves6", bwd_bwd_post_halves6_kernel, {}, {})):
-    register_stage(StageSpec(name=_name, parent="stage20_auxinc", summary="experiment",
-                             entry=_variant(_kernel, _kw, _pkw),
-                             kernels=STAGE.kernels[:-1] + (KernelSpec(_kernel.__name__, Tag.POST, "experiment"),),
-                             zero_outputs=False))
