@@ -141,6 +141,14 @@ STAGE_BUFFERS["stage17_scanpass"] = STAGE_BUFFERS["stage16_regcap"]
 STAGE_BUFFERS["stage18_widechunk"] = STAGE_BUFFERS["stage17_scanpass"]
 # stage19 writes the tf32x3 passes out: the same operand splits, the same buffers
 STAGE_BUFFERS["stage19_splitdot"] = STAGE_BUFFERS["stage18_widechunk"]
+# stage20's aux also holds (dPhiO exp(da_cs))^T and an increment block; its pass is the scan alone
+STAGE_BUFFERS["stage20_auxinc"] = {
+    **STAGE_BUFFERS["stage19_splitdot"],
+    "aux": STAGE_BUFFERS["stage19_splitdot"]["aux"] + (
+        _B("(dPhiO e)^T [P,CR]", ("P", "CR")), _B("increment block [P,NB]", ("P", "NB"), where="regs")),
+}
+# stage21 holds the pre and post kernels' rows as two halves: the same elements
+STAGE_BUFFERS["stage21_halves"] = STAGE_BUFFERS["stage20_auxinc"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -4,11 +4,44 @@ The rotary pairs column j with j + N/2 (rotate-half on [0, RD) and [N/2, N/2 + R
 pre and post kernels hold whole [C, R, N] tiles and read each column's partner by address: the
 pre kernel loads q and k twice (at n and at partner(n)), the post kernel loads the rotated-domain
 gradients DQR / DKR twice and then once more for DANGLES (columns j and j + N/2, j < RD), and
-every load computes a per-column partner index. Here both kernels hold a row as its two halves,
-[C, R, N/2] tiles at columns j and j + N/2, so that a pair is one element of each half: every
-element is loaded once, the rotation is two multiply-adds per half, and DANGLES is formed from
-the tiles already in registers (the angle of column j is 0 where j >= RD: cos 1, sin 0, the
-identity). The same arithmetic as stage11's kernels, term for term.
+every load computes a per-column partner index. Here a row is held as its two halves, [C, R, N/2]
+tiles at columns j and j + N/2, so that a pair is one element of each half: every element is
+loaded once and the rotation is two multiply-adds per half (the angle of column j is 0 where
+j >= RD: cos 1, sin 0, the identity). The same arithmetic as stage11's kernels, term for term
+(outputs bit-identical on the interpreter). The post kernel comes in two orders, one body
+(_post_halves): both forming the diagonal terms of dQ and dK first, then dQ, then dK;
+``bwd_bwd_post_halves_regs_kernel`` forms DANGLES from the half tiles in registers,
+``bwd_bwd_post_halves_kernel`` as stage11 does, on [C, R, BRD] tiles loaded again.
+
+Measured on the H200, per-kernel device time (`perf profile`, every stage in one process,
+records/profile-grid-halves-4091bbf/, golden all passed), us:
+
+    case                 pre: stage11 -> halves   post: stage11   halves+regs   halves
+    N16_P64_R4_C8        157 -> 128                       165            70      106
+    N32_P64_R4_C16       144 -> 54                        336           142      204
+    N64_P64_R4_C16       140 -> 120                       227           319      226
+    N128_P64_R4_C16      300 -> 240                       518           698      471
+    N256_P64_R4_C8       1225 -> 1143                    1053          1443     1070
+    N64_P128_R4_C16      405 -> 414                       246           355      270
+    N128_P32_R4_C16      300 -> 241                       518           698      471
+    N128_P128_R4_C8      633 -> 654                       465           678      506
+    N128_P64_R8_C8       515 -> 473                      1173          2137     1494
+    N128_P64_R2_C32      202 -> 128                       262           279      224
+    N128_P64_R1_C64      170 -> 92                        174            91       95
+    regular-8x512x16x8   85 -> 71                         124           174      131
+
+(a third order, each side's diagonal terms, dQ / dK and DANGLES in turn, was slower still at
+R >= 4: 693 us on N128_P64_R4_C16, 2271 on N128_P64_R8_C8; records/profile-*-halves-8fffe25/.)
+So :func:`pre_kernel` takes the halves where P <= 64 and :func:`post_kernel` the halves with
+DANGLES from registers where N <= 32 or R = 1, in stage11's order where the post kernel runs on
+16 warps (stage18_widechunk.widens) with C >= 16; stage11's kernels elsewhere.
+
+Measured with these rules against stage19_splitdot and the live upstream TileLang kernel, one
+process per case, interleaved over 2 rounds (records/h200-halves-vs-tilelang-1ec367d.json,
+golden 144/144 for both stages): 1.009-1.174x on the nine official cases where a rule applies
+(N128_P64_R1_C64 1.140 -> 0.971 ms, N32_P64_R4_C16 1.863 -> 1.600), 0.997x and 0.999x where
+none does (P = 128: the same kernels as stage19), 1.019x on regular-8x512x16x8; 1.055x in
+geomean over the official cases, and 1.65x slower than TileLang there (stage19: 1.74x).
 """
 from __future__ import annotations
 
