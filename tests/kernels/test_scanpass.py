@@ -1,10 +1,9 @@
 """stage17_scanpass: its shape rule, and its two pass kernels against the golden on shapes the
-rule leaves to stage16 (forced on), including a single chunk (the scan's look-ahead masks)."""
+rule leaves to stage16 (forced on), with the edge set (one chunk: the scan's look-ahead masks)."""
 import pytest
 
 from mamba3_perf.kernels import cases
 from mamba3_perf.kernels.bwd_bwd import stage17_scanpass
-from mamba3_perf.kernels.cases import Case
 from mamba3_perf.kernels.checking import check_stage
 
 
@@ -18,10 +17,7 @@ def test_split_pass_follows_the_measured_rule(case_meta, case_id, split):
     assert stage17_scanpass.splits_pass(case_meta(case_id)) is split
 
 
-FORCED = [c for s in ("pairwise", "tail") for c in cases(s)] + [
-    Case(id="one-chunk", B=1, S=16, H=2, G=1, N=16, P=16, R=2, C=16, dtype="bfloat16"),
-    Case(id="two-chunks-P24", B=2, S=32, H=2, G=2, N=32, P=24, R=2, C=16, dtype="float32"),
-]
+FORCED = [c for s in ("pairwise", "tail", "edge") for c in cases(s)]
 
 
 @pytest.mark.parametrize("case", FORCED, ids=lambda c: c.id)
