@@ -229,8 +229,13 @@ def post_kernel(meta):
     return None
 
 
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage21's pipeline; ``kw``: more stage20_auxinc.run_with keywords (stage22)."""
+    stage20_auxinc.run_with(x, out, meta, pre_kernel=pre_kernel(meta), post_kernel=post_kernel(meta), **kw)
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage20_auxinc.run_with(x, out, meta, pre_kernel=pre_kernel(meta), post_kernel=post_kernel(meta))
+    run_with(x, out, meta)
 
 
 _S20 = stage20_auxinc.STAGE.kernels

@@ -50,6 +50,7 @@ def bwd_bwd_aux_streamed_kernel(
     C: tl.constexpr, R: tl.constexpr, NB: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, INCREMENTS: tl.constexpr,
+    NB1: tl.constexpr,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
@@ -58,7 +59,8 @@ def bwd_bwd_aux_streamed_kernel(
     LATE_SUMS (stage14): DDA_CS's N sum accumulates elementwise over the N blocks and is reduced
     across lanes once, after the loop. INCREMENTS (stage20): the second N loop also forms the
     chunk's term of the dstates recurrence, (dPhiO exp(da_cs))^T qr, on each block of qr it
-    loads and stores it to DST[c] ([N, P], as stage17's increment kernel does)."""
+    loads and stores it to DST[c] ([N, P], as stage17's increment kernel does). NB1: the first
+    N loop's block (NB before stage22)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -68,8 +70,8 @@ def bwd_bwd_aux_streamed_kernel(
                                    R, CR, REDUCE_O, INPUTS)
     dkq = fdot(psiv, tl.trans(dphio), PREC)  # [CR(k), CR(q)]
     lkq = tl.zeros([CR, CR], dtype=tl.float32)
-    for n0 in range(0, N, NB):
-        cols = n0 + nb
+    for n0 in range(0, N, NB1):
+        cols = n0 + tl.arange(0, NB1)
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
         lkq += fdot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), PREC)
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
@@ -137,13 +139,14 @@ def folds(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False,
                inputs: bool = False, launch: dict | None = None, diag_blocks: bool = False,
-               late_sums: bool = False, increments: bool = False) -> None:
+               late_sums: bool = False, increments: bool = False, lkq_block: int | None = None) -> None:
     """The streamed aux where :func:`folds`, stage5's aux elsewhere; ``low_precision``:
     the split of :func:`common.split_precisions` (stage8); ``inputs``: PsiV, dPhiO and the
     pre-rotation q / k from the inputs (stage10; only where it folds); ``diag_blocks``: the
     diagonal terms' weights into s["GDB"] instead of those terms into DQD / DKD (stage13; only
     where it folds); ``late_sums``: DDA_CS's N sum reduced once (stage14); ``increments``: the
-    dstates recurrence's chunk terms into s["DST"] (stage20; only where it folds)."""
+    dstates recurrence's chunk terms into s["DST"] (stage20; only where it folds); ``lkq_block``:
+    the N columns per step of its first loop (default the second's; stage22)."""
     if diag_blocks and not folds(meta):
         raise ValueError(f"only the streamed aux leaves the diagonal terms to the post kernel; it does not "
                          f"fold C*R = {meta.C * meta.R}")
@@ -162,6 +165,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         s["GDB"] if diag_blocks else out["DDA_CS"], s["DST"],
         meta.S, meta.H, meta.G, meta.N, meta.P,
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
+        NB1=min(lkq_block or AUX_NBLOCK, bk["BN"]),
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
         DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, INCREMENTS=increments, **(launch or STREAM_LAUNCH),
     )
@@ -176,7 +180,7 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, aux_increments: bool = False) -> None:
+             state_pass=None, aux_increments: bool = False, lkq_block: int | None = None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -188,7 +192,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     ``late_sums``: the streamed aux and state_terms reduce their N sums once (stage14);
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
     the default; stage15); ``aux_increments``: the aux stores the recurrence's chunk terms to
-    DST, which ``state_pass`` must then only scan (stage20)."""
+    DST, which ``state_pass`` must then only scan (stage20); ``lkq_block``: the aux's first N
+    loop's block (stage22)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -197,7 +202,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-               diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments)
+               diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments, lkq_block=lkq_block)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
