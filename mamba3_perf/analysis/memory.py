@@ -149,6 +149,8 @@ STAGE_BUFFERS["stage20_auxinc"] = {
 }
 # stage21 holds the pre and post kernels' rows as two halves: the same elements
 STAGE_BUFFERS["stage21_halves"] = STAGE_BUFFERS["stage20_auxinc"]
+# stage22's aux loads [CR, 2 NB] k / q blocks in its first loop: within its second loop's tiles
+STAGE_BUFFERS["stage22_lkqblock"] = STAGE_BUFFERS["stage21_halves"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
