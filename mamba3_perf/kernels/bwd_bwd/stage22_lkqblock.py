@@ -7,12 +7,15 @@ ptxas (Triton 3.6, specialized as on the H200) at N128_P64_R4_C16: the aux's spi
 -> 572 B per thread.
 
 Measured on the H200 against stage21, per-kernel device time, both stages in one process
-(`perf profile`, records/profile-*-lkqblock-09c88e0/, golden all passed): the aux
-1601 -> 1513 us on N128_P64_R4_C16 (3601 -> 3513 us in all, 1.025x), 3181 -> 3054 on
-N128_P64_R8_C8 (1.016x), 1092 -> 1046 on N64_P64_R4_C16 (1.021x), 839 -> 826 on N32_P64_R4_C16
-(1.009x); 2084 -> 2196 on N64_P128_R4_C16 (0.977x), whose [C*R, P] operands of 8192 elements
-already fill the aux's registers (stage19 and stage20 found the same bound). So :func:`widens_lkq`
-takes it where C*R*P < 8192 (stage19_splitdot.splits_aux); elsewhere this stage is stage21.
+(`perf profile`, golden all passed). First on every shape of five (records/profile-*-lkqblock-09c88e0/):
+the aux 1601 -> 1513 us on N128_P64_R4_C16, 3181 -> 3054 on N128_P64_R8_C8, 1092 -> 1046 on
+N64_P64_R4_C16, 839 -> 826 on N32_P64_R4_C16, but 2084 -> 2196 on N64_P128_R4_C16 (0.977x in
+all), whose [C*R, P] operands of 8192 elements already fill the aux's registers (stage19 and
+stage20 found the same bound). So :func:`widens_lkq` takes it where C*R*P < 8192
+(stage19_splitdot.splits_aux). With that rule over the official grid and regular-8x512x16x8
+(records/profile-grid-lkqblock-2c277c1/): 1.010-1.030x where it applies (N128_P64_R4_C16 3620
+-> 3527 us, N128_P128_R4_C8 7121 -> 6917, N128_P64_R1_C64 972 -> 945), 1.005x and 1.001x where
+it does not (N16: a 16-column N, N64_P128); 1.019x in geomean over the official cases.
 """
 from __future__ import annotations
 
