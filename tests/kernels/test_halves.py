@@ -27,14 +27,14 @@ def test_kernels_follow_the_measured_rules(case_meta, case_id, pre, post):
 SHAPES = [c for s in ("pairwise", "tail", "edge") for c in cases(s)]
 
 
-@pytest.mark.parametrize("post", ["bwd_bwd_post_halves_kernel", "bwd_bwd_post_halves_regs_kernel"])
 @pytest.mark.parametrize("case", SHAPES, ids=lambda c: c.id)
-def test_half_tile_kernels_equal_stage11s(monkeypatch, case, post):
+def test_half_tile_kernels_equal_stage11s(monkeypatch, case):
     x = make_inputs(case)
     want = run_stage("stage20_auxinc", x, case)
     monkeypatch.setattr(s21, "pre_kernel", lambda meta: s21.bwd_bwd_pre_halves_kernel)
-    monkeypatch.setattr(s21, "post_kernel", lambda meta: getattr(s21, post))
-    got = run_stage("stage21_halves", x, case)
-    for name, t in want.items():
-        if t is not None:
-            assert torch.equal(t, got[name]), name
+    for post in (s21.bwd_bwd_post_halves_kernel, s21.bwd_bwd_post_halves_regs_kernel):
+        monkeypatch.setattr(s21, "post_kernel", lambda meta, post=post: post)
+        got = run_stage("stage21_halves", x, case)
+        for name, t in want.items():
+            if t is not None:
+                assert torch.equal(t, got[name]), (post.__name__, name)
