@@ -177,10 +177,12 @@ def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms:
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
-                              pre=functools.partial(stage1_pre.launch_pre, kernel=pre_kernel or bwd_bwd_pre_steptrig_kernel,
+                              pre=functools.partial(stage1_pre.launch_pre,
+                                                    kernel=pre_kernel or bwd_bwd_pre_steptrig_kernel,
                                                     launch=pre_launch),
-                              post=functools.partial(prod.launch_post, kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
-                                                   diag_blocks=False, launch=post_launch),
+                              post=functools.partial(prod.launch_post,
+                                                     kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
+                                                     diag_blocks=False, launch=post_launch),
                               **kw)
 
 
