@@ -5,8 +5,8 @@ pre and post kernels hold whole [C, R, N] tiles and read each column's partner b
 pre kernel loads q and k twice (at n and at partner(n)), the post kernel loads the rotated-domain
 gradients DQR / DKR twice and then once more for DANGLES (columns j and j + N/2, j < RD), and
 every load computes a per-column partner index. Here a row is held as its two halves, [C, R, N/2]
-tiles at columns j and j + N/2, so that a pair is one element of each half: every element is
-loaded once and the rotation is two multiply-adds per half (the angle of column j is 0 where
+tiles at columns j and j + N/2, so that a pair is one element of each half: the rotation loads
+each element once and is two multiply-adds per half (the angle of column j is 0 where
 j >= RD: cos 1, sin 0, the identity). The same arithmetic as stage11's kernels, term for term
 (outputs bit-identical on the interpreter). The post kernel comes in two orders, one body
 (_post_halves): both forming the diagonal terms of dQ and dK first, then dQ, then dK;
