@@ -26,6 +26,7 @@ in a subprocess without it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -100,10 +101,22 @@ def capture_launches(stage: str, N: int, P: int, R: int, C: int) -> list:
     return captured
 
 
+@contextlib.contextmanager
+def _stand_in_driver(target):
+    """Triton's active driver replaced by a stand-in for a ``target`` GPU inside."""
+    from triton.runtime.driver import driver
+
+    before = driver._active  # reset_active() would look for a real GPU driver
+    driver.set_active(_StandInDriver(target))
+    try:
+        yield
+    finally:
+        driver.set_active(before)
+
+
 def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
     """Compile every launch of ``stage`` on ``case`` (full size) into the Triton cache through the
     JIT's warmup path, keyed as on a ``target`` GPU; returns the number of launches."""
-    from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     run = JITFunction.run
@@ -113,12 +126,8 @@ def warm_cache(stage: str, case, *, target=SM90, log=print) -> int:
         run(fn, *args, grid=(1,), warmup=True, **kw)
         log(f"{case.id} {stage} {fn.__name__}: {time.time() - t0:.1f} s")
 
-    before = driver._active  # reset_active() would look for a real GPU driver
-    driver.set_active(_StandInDriver(target))
-    try:
+    with _stand_in_driver(target):
         return _run_intercepted(stage, case, compile_one)
-    finally:
-        driver.set_active(before)
 
 
 def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | None = None,
@@ -128,7 +137,6 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
     optionally overridden): the binary a GPU process builds for that launch, with the same
     specializations of its integer and pointer arguments (divisibility by 16, which decides
     vector widths). Returns (compiled kernel, launch options)."""
-    from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     kwargs = dict(kwargs)
@@ -142,13 +150,9 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
         opts["maxnreg"] = maxnreg
     if prec and "PREC" in kwargs:
         kwargs["PREC"] = prec
-    before = driver._active
-    driver.set_active(_StandInDriver(target))
-    try:
+    with _stand_in_driver(target):
         kernel = JITFunction.run(fn, *args, grid=(1,), warmup=True, **kwargs,
                                  **{k: v for k, v in opts.items() if v is not None})
-    finally:
-        driver.set_active(before)
     return kernel, opts
 
 
