@@ -66,14 +66,15 @@ def bwd_bwd_pre_steptrig_kernel(
 
 
 @triton.jit
-def _pre_rotation_rows(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r, n3, S, G, N,
-                       C: tl.constexpr, R: tl.constexpr, INPUTS: tl.constexpr):
-    """Rank ``r`` of the pre-rotation q or k rows of a chunk, [C, 1, BN] fp32: from the inputs
-    plus bias (INPUTS) or from the pre kernel's QB / KB scratch."""
+def _pre_rotation_rows(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r, cols, mask, S, G, N,
+                       R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr):
+    """The pre-rotation q or k of a chunk at steps t3 (positions tt), ranks ``r`` (one rank or a
+    [1, R, 1] index) and columns ``cols``, fp32: from the inputs plus bias (INPUTS) or from the
+    pre kernel's QB / KB scratch, read where ``mask``."""
     if INPUTS:
-        x = load_biased(X, BIAS, b, h, hq, tt, r, n3, S, G, N, R)
+        x = load_biased(X, BIAS, b, h, hq, tt, r, cols, S, G, N, R)
     else:
-        x = tl.load(X_S + (bhc * C * R + t3 * R + r) * N + n3, mask=n3 < N, other=0.0)
+        x = tl.load(X_S + (bhc * CR + t3 * R + r) * N + cols, mask=mask, other=0.0)
     return x
 
 
@@ -88,9 +89,9 @@ def _diag_terms(GDB_S, QB_S, KB_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3
     dk = tl.zeros([C, R, BN], dtype=tl.float32)
     for r in tl.static_range(R):
         dq += tl.load(gdb + r * R + r3) * _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r, n3,
-                                                             S, G, N, C, R, INPUTS)
+                                                             n3 < N, S, G, N, R, C * R, INPUTS)
         dk += tl.load(gdb + r3 * R + r) * _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r, n3,
-                                                             S, G, N, C, R, INPUTS)
+                                                             n3 < N, S, G, N, R, C * R, INPUTS)
     return dq, dk
 
 
@@ -100,6 +101,27 @@ def _angle_grad_cube(DX_S, rows3, j, jp, mj, x1, x2, cj, sj):
     x1 = x[.., j], x2 = x[.., jp], jp = j + N/2; dX rotated-domain gradient rows in scratch)."""
     return angle_grad_pair(tl.load(DX_S + rows3 + j, mask=mj, other=0.0),
                            tl.load(DX_S + rows3 + jp, mask=mj, other=0.0), x1, x2, cj, sj)
+
+
+@triton.jit
+def _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, rows3,
+                          S, H, G, N, RD, R: tl.constexpr, CR: tl.constexpr, BRD: tl.constexpr,
+                          INPUTS: tl.constexpr):
+    """DANGLES' terms per (step, rank, angle j) [C, R, BRD] from [C, R, BRD] tiles loaded for
+    them: the rotated-domain gradient rows DQR / DKR and the pre-rotation q / k at columns j and
+    j + N/2 (j < RD), cos / sin of each step's angles."""
+    j = tl.arange(0, BRD)[None, None, :]
+    mj = j < RD
+    jp = j + N // 2
+    aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)  # [C, 1, BRD]
+    cj = tl.cos(aj)
+    sj = tl.sin(aj)
+    q1 = _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+    q2 = _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+    k1 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+    k2 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+    return (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
+            + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
 
 
 @triton.jit
@@ -144,24 +166,8 @@ def bwd_bwd_post_steptrig_kernel(
           - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0) + dk_diag)
     tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
     # DANGLES per angle j: both columns it rotates, j and j + N/2
-    j = tl.arange(0, BRD)[None, None, :]
-    mj = j < RD
-    jp = j + N // 2
-    aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)  # [C, 1, BRD]
-    cj = tl.cos(aj)
-    sj = tl.sin(aj)
-    if INPUTS:
-        q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j, S, G, N, R)
-        q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
-        k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j, S, G, N, R)
-        k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp, S, G, N, R)
-    else:
-        q1 = tl.load(QB_S + rows3 + j, mask=mj, other=0.0)
-        q2 = tl.load(QB_S + rows3 + jp, mask=mj, other=0.0)
-        k1 = tl.load(KB_S + rows3 + j, mask=mj, other=0.0)
-        k2 = tl.load(KB_S + rows3 + jp, mask=mj, other=0.0)
-    g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
-         + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+    g = _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, rows3,
+                              S, H, G, N, RD, R, CR, BRD, INPUTS)
     j2 = tl.arange(0, BRD)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1),
              mask=j2 < RD)

@@ -50,7 +50,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import angle_grad_pair, chunk_frame, load_biased, store_chunk_scalars
-from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import _angle_grad_cube, _diag_terms, _store_cube
+from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
+    _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,
+)
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -103,18 +105,6 @@ def bwd_bwd_pre_halves_kernel(
 
 
 @triton.jit
-def _pre_rotation_half(X_S, X, BIAS, b, h, hq, bhc, tt, t3, r3, cols, mask, S, G, N,
-                       R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr):
-    """The pre-rotation q or k on a [C, R, BN // 2] half tile: the inputs plus bias (INPUTS) or
-    the pre kernel's QB / KB scratch."""
-    if INPUTS:
-        x = load_biased(X, BIAS, b, h, hq, tt, r3, cols, S, G, N, R)
-    else:
-        x = tl.load(X_S + (bhc * CR + t3 * R + r3) * N + cols, mask=mask, other=0.0)
-    return x
-
-
-@triton.jit
 def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow, cs, sn,
                 S, G, N, R: tl.constexpr, CR: tl.constexpr, INPUTS: tl.constexpr, REG_DANGLES: tl.constexpr):
     """dQ or dK on both halves from the rotated-domain rows DXR plus the diagonal terms e1, e2;
@@ -126,9 +116,9 @@ def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3,
     tl.store(DX + orow + jp3, (cs * d2 - sn * d1 + e2).to(DX.dtype.element_ty), mask=mj3)
     g = 0.0
     if REG_DANGLES:
-        g = angle_grad_pair(d1, d2, _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N,
+        g = angle_grad_pair(d1, d2, _pre_rotation_rows(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3, mj3, S, G, N,
                                                        R, CR, INPUTS),
-                            _pre_rotation_half(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N,
+                            _pre_rotation_rows(X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, jp3, mj3, S, G, N,
                                                R, CR, INPUTS), cs, sn)
     return g
 
@@ -166,18 +156,8 @@ def _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K
     if REG_DANGLES:
         j2 = tl.arange(0, BH)[None, :]
     else:
-        j = tl.arange(0, BRD)[None, None, :]
-        mj = j < RD
-        jp = j + N // 2
-        aj = tl.load(ANG + ((b * S + tt) * H + h) * RD + j, mask=mj, other=0.0)
-        cj = tl.cos(aj)
-        sj = tl.sin(aj)
-        q1 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
-        q2 = _pre_rotation_half(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-        k1 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
-        k2 = _pre_rotation_half(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-        g = (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
-             + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+        g = _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3,
+                                  rows3, S, H, G, N, RD, R, CR, BRD, INPUTS)
         j2 = tl.arange(0, BRD)[None, :]
     tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
 
