@@ -424,6 +424,14 @@ def load_state_tile(X, bhc, cols, p, N, P):
 
 
 @triton.jit
+def store_state_tile_t(X, val, bhc, cols, p, N, P):
+    """A [len(p), len(cols)] tile, transposed, into rows ``cols`` x columns ``p`` of chunk
+    ``bhc``'s [N,P] state in a [B,H,nc,N,P] buffer (the dstates increments and pass tiles held
+    with P rows)."""
+    tl.store(X + (bhc * N + cols[None, :]) * P + p[:, None], val, mask=(p < P)[:, None] & (cols < N)[None, :])
+
+
+@triton.jit
 def store_value_sums(DMV, DD, dmv, dd, bh, p, P, R: tl.constexpr, HAS_D: tl.constexpr):
     """DMIMO_V [R,P] and (HAS_D) DD of one (b, h)."""
     r_ = tl.arange(0, R)

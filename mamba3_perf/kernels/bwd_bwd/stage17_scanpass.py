@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage6_statepass, stage15_passwave, stage16_regcap
-from mamba3_perf.kernels.bwd_bwd.common import chunk_coords, dot_precision, fdot, pow2
+from mamba3_perf.kernels.bwd_bwd.common import chunk_coords, dot_precision, fdot, pow2, store_state_tile_t
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 SCAN_BLOCK = 1024  # [N, P] elements per scan program
@@ -54,8 +54,7 @@ def bwd_bwd_pass_increment_kernel(
     dphio, ecs, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p,
                                                     S, H, N, P, C, R, REDUCE_O, INPUTS)
     inc = fdot(tl.trans(dphio * ecs[:, None]), qr, PREC)  # [BP, BNB]
-    tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], inc,
-             mask=(p < P)[:, None] & (cols < N)[None, :])
+    store_state_tile_t(DST_S, inc, bhc, cols, p, N, P)
 
 
 @triton.jit

@@ -24,7 +24,7 @@ from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
     dstates_step, fdot, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
-    state_k_terms, store_rows, store_value_sums, value_grads, vec_to_time,
+    state_k_terms, store_rows, store_state_tile_t, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -49,7 +49,6 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
     dPhiO^T qr has P rows."""
     nc = S // C
     if TRANS:
-        mask = (p < P)[:, None] & (cols < N)[None, :]
         run = tl.zeros([BPB, BNB], dtype=tl.float32)
     else:
         mask = (cols < N)[:, None] & (p < P)[None, :]
@@ -61,7 +60,7 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
                                        C, R, REDUCE_O, INPUTS)
         decay = tl.load(DECAY_S + bhc)
         if TRANS:
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], run, mask=mask)
+            store_state_tile_t(DST_S, run, bhc, cols, p, N, P)
             run = run * decay + fdot(tl.trans(dphio * ecs[:, None]), qr, PREC)
         else:
             tl.store(DST_S + (bhc * N + cols[:, None]) * P + p[None, :], run, mask=mask)

@@ -23,7 +23,7 @@ from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_ran
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, load_biased_rows,
     load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy, score_grads,
-    score_weights, split_precisions, state_q_products, store_rows, vec_to_time, wt_rows,
+    score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -102,8 +102,7 @@ def bwd_bwd_aux_streamed_kernel(
         cols = n0 + nb
         qr = load_rows(QR_S, bhc, i, cols, N, CR)
         if INCREMENTS:
-            tl.store(DST_S + (bhc * N + cols[None, :]) * P + p[:, None], fdot(dphio_e, qr, PREC),
-                     mask=(p < P)[:, None] & (cols < N)[None, :])
+            store_state_tile_t(DST_S, fdot(dphio_e, qr, PREC), bhc, cols, p, N, P)
         store_rows(DKS_S, fdot(dkqw, qr, PREC), bhc, i, cols, N, CR)
         ddacs_terms, dq_inter = state_q_products(dphio, load_state_tile(STATES, bhc, cols, p, N, P), qr, ecs, PQ)
         if LATE_SUMS:
