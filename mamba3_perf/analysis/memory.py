@@ -151,6 +151,8 @@ STAGE_BUFFERS["stage20_auxinc"] = {
 STAGE_BUFFERS["stage21_halves"] = STAGE_BUFFERS["stage20_auxinc"]
 # stage22's aux loads [CR, 2 NB] k / q blocks in its first loop: within its second loop's tiles
 STAGE_BUFFERS["stage22_lkqblock"] = STAGE_BUFFERS["stage21_halves"]
+# stage23's Gluon state_terms holds no more than stage22's (its ring of N blocks is shared memory)
+STAGE_BUFFERS["stage23_gluonterms"] = STAGE_BUFFERS["stage22_lkqblock"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

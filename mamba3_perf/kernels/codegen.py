@@ -61,7 +61,7 @@ def _run_intercepted(stage: str, case, on_launch) -> int:
     from triton.runtime.jit import JITFunction
 
     from mamba3_perf.bench import prepare
-    from mamba3_perf.kernels.bwd_bwd.common import dot_precision
+    from mamba3_perf.kernels.bwd_bwd.common import dot_precision, is_hopper
     from mamba3_perf.kernels.checking import run_stage
 
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -74,11 +74,15 @@ def _run_intercepted(stage: str, case, on_launch) -> int:
         on_launch(self, args, kw)
 
     JITFunction.run = intercept
-    # the dot precisions each stage chooses on CUDA, though its tensors are on the CPU
-    users = [m for name, m in sys.modules.items()
-             if name.startswith("mamba3_perf.kernels.bwd_bwd") and hasattr(m, "dot_precision")]
+    # the dot precisions each stage chooses on CUDA, and its Hopper-only (Gluon) kernels, though
+    # its tensors are on the CPU
+    bwd = [m for name, m in sys.modules.items() if name.startswith("mamba3_perf.kernels.bwd_bwd")]
+    users = [m for m in bwd if hasattr(m, "dot_precision")]
+    hopper = [m for m in bwd if hasattr(m, "is_hopper")]
     for m in users:
         m.dot_precision = lambda device, **kw: dot_precision("cuda", **kw)
+    for m in hopper:
+        m.is_hopper = lambda device: True
     try:
         run_stage(stage, prepare(case, device="cpu"), case)  # as the benchmarks call it
     except Exception as e:  # outputs of intercepted launches are never written; later host code may fail
@@ -88,6 +92,8 @@ def _run_intercepted(stage: str, case, on_launch) -> int:
         JITFunction.run = original
         for m in users:
             m.dot_precision = dot_precision
+        for m in hopper:
+            m.is_hopper = is_hopper
     return len(launches)
 
 

@@ -23,3 +23,4 @@ from mamba3_perf.kernels.bwd_bwd import stage19_splitdot  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage20_auxinc  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage21_halves  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage22_lkqblock  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms  # noqa: F401

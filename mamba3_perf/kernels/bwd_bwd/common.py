@@ -36,6 +36,13 @@ def dot_precision(device, *, low: bool = False, aux: bool = False) -> str:
     return SPLIT_TF32X3 if split and (split_aux or not aux) else "tf32x3"
 
 
+def is_hopper(device) -> bool:
+    """Whether ``device`` is a CUDA GPU of compute capability 9 (H100, H200): where the Gluon
+    kernels (sm_90 wgmma and TMA; stage23 on) run."""
+    dev = torch.device(device)
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] == 9
+
+
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
 # fdot's own precision: tf32x3's three TF32 passes, split by hand (stage19_splitdot)
 SPLIT_TF32X3 = "tf32x3split"

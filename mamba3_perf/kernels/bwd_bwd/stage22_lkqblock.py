@@ -31,8 +31,13 @@ def widens_lkq(meta) -> bool:
     return stage19_splitdot.splits_aux(meta)
 
 
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage22's pipeline; ``kw``: more stage21_halves.run_with keywords (stage23)."""
+    stage21_halves.run_with(x, out, meta, lkq_block=LKQ_BLOCK if widens_lkq(meta) else None, **kw)
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage21_halves.run_with(x, out, meta, lkq_block=LKQ_BLOCK if widens_lkq(meta) else None)
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

@@ -179,7 +179,8 @@ DIAG_ROWS = ("DQD", "DKD")
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
-             state_pass=None, aux_increments: bool = False, lkq_block: int | None = None) -> None:
+             state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
+             state_terms=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -192,7 +193,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     ``state_pass``: the state pass's launcher (stage6_statepass.launch_state_pass's signature,
     the default; stage15); ``aux_increments``: the aux stores the recurrence's chunk terms to
     DST, which ``state_pass`` must then only scan (stage20); ``lkq_block``: the aux's first N
-    loop's block (stage22)."""
+    loop's block (stage22); ``state_terms``: state_terms' launcher
+    (stage6_statepass.launch_state_terms's signature, the default; stage23)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -203,7 +205,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
                diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments, lkq_block=lkq_block)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
-    stage6_statepass.launch_state_terms(x, s, out, meta, **(terms or {}), inputs=inputs, late_sums=late_sums)
+    (state_terms or stage6_statepass.launch_state_terms)(x, s, out, meta, **(terms or {}), inputs=inputs,
+                                                        late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 

@@ -1,0 +1,46 @@
+"""stage23_gluonterms: stage22 with state_terms as a Gluon kernel on Hopper GPUs.
+
+state_terms waits on memory: on N128_P64_R4_C16 (Nsight Compute, records/ncu-N128_P64_R4_C16/)
+half its stall cycles are long-scoreboard waits, at two 4-warp programs per SM (255 registers),
+with its N loop not software pipelined (Triton's pipelining of it lost: more registers and
+shared memory). terms_gluon.bwd_bwd_state_terms_gluon_kernel does the same arithmetic with the
+operands staged by hand: the next N block's dstates, states, k and dK rows in flight by TMA
+while this block computes, PsiV's TF32 parts in shared memory once per chunk instead of in
+registers, the six TF32 wgmma of a block issued asynchronously. Where it applies
+(:func:`uses_gluon`: a CUDA device of compute capability 9, and terms_gluon.supported) this
+stage is stage22 with that kernel; elsewhere (the interpreter, Ascend, other GPUs, other
+shapes) it is stage22.
+"""
+from __future__ import annotations
+
+from mamba3_perf.kernels.bwd_bwd import stage22_lkqblock
+from mamba3_perf.kernels.bwd_bwd.common import is_hopper
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+try:  # Gluon is Triton's; a Triton without it (or without its Hopper module) keeps stage22
+    from mamba3_perf.kernels.bwd_bwd import terms_gluon
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    terms_gluon = None
+
+
+def uses_gluon(x: dict, meta) -> bool:
+    """Whether this stage runs the Gluon state_terms on ``x``'s device for ``meta``."""
+    return terms_gluon is not None and is_hopper(x["q"].device) and terms_gluon.supported(meta)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage22_lkqblock.run_with(x, out, meta,
+                              state_terms=terms_gluon.launch_state_terms if uses_gluon(x, meta) else None)
+
+
+STAGE = register_stage(StageSpec(
+    name="stage23_gluonterms",
+    parent="stage22_lkqblock",
+    summary="state_terms in Gluon on Hopper: the next N block's operands in flight by TMA, PsiV's "
+            "TF32 parts in shared memory, asynchronous wgmma (stage22 elsewhere)",
+    entry=run,
+    kernels=stage22_lkqblock.STAGE.kernels
+    + (KernelSpec("bwd_bwd_state_terms_gluon_kernel", Tag.POST,
+                  "dstates-dependent terms per chunk, Gluon: TMA ring, async wgmma"),),
+    zero_outputs=False,
+))

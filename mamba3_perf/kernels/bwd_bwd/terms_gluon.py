@@ -1,0 +1,214 @@
+"""state_terms in Gluon: the same chunk's dstates-dependent terms and value side as
+stage6_statepass.bwd_bwd_state_terms_kernel, with its operands staged on chip by hand (Hopper,
+sm_90 only; no interpreter: Gluon kernels compile for a GPU target or not at all).
+
+Per (b, h, chunk) program, one warpgroup. PsiV (from v and mimo_v) is split once into its TF32
+high and low parts and kept in shared memory as the A operand of dK_raw = PsiV dstates^T. The N
+walk runs in blocks of BNB rows; each block's dstates, states, k rows and dK rows arrive by TMA
+into a two-slot ring, the next block's copy in flight while this block computes. The block's
+dstates, split into high and low parts, is written twice to shared memory (as [BNB, P] for
+dK_raw, whose K is P, and transposed for ks dstates, whose K is BNB: TF32 wgmma reads only
+K-major operands), and the six TF32 wgmma of the two products (tf32x3: lo.hi, hi.lo, hi.hi, as
+common.fdot) are issued asynchronously while the block's DDA term is formed.
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+import torch
+
+# the TMA load's name: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# the CTA-wide barrier: thread_barrier in Triton 3.6, barrier later
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_GL_DTYPES = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+@gluon.jit
+def _tf32_split(x):
+    """common.tf32_split in Gluon: x = hi + lo exactly, hi rounded to TF32."""
+    bits = x.to(gl.uint32, bitcast=True)
+    hi = ((bits + 0x1000) >> 13 << 13).to(gl.float32, bitcast=True)
+    return hi, x - hi
+
+
+@gluon.jit
+def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, dks_s, row_s, row_k, col):
+    nbytes: gl.constexpr = (dst_desc.block_type.nbytes + st_desc.block_type.nbytes
+                            + kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
+    mbarrier.expect(bar, nbytes)
+    _tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
+    _tma_load(st_desc, [row_s + col, 0], bar, st_s)
+    _tma_load(kr_desc, [row_k, col], bar, kr_s)
+    _tma_load(dks_desc, [row_k, col], bar, dks_s)
+
+
+@gluon.jit
+def bwd_bwd_state_terms_gluon_kernel(
+    dst_desc, st_desc, kr_desc, dks_desc,
+    V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
+    S, H,
+    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, BNB: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
+    DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS."""
+    CR: gl.constexpr = C * R
+    nc = S // C
+    bhc = gl.program_id(0).to(gl.int64)
+    bh = bhc // nc
+    b = bh // H
+    h = bh % H
+    c = bhc % nc
+
+    ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    MK: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                 instr_shape=[16, BNB, 8])
+    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                 instr_shape=[16, P, 8])
+    AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
+
+    # PsiV rows [CR, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
+    i_r = gl.arange(0, CR, layout=gl.SliceLayout(1, ROW))
+    p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
+    t_r = c * C + i_r // R
+    v_ptr = V + ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
+    psi_ptr = MV + (h * R + (i_r % R)[:, None]) * P + p_r[None, :]
+    psiv_hi, psiv_lo = _tf32_split(gl.load(v_ptr).to(gl.float32) * gl.load(psi_ptr))
+    PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, P], gl.float32)
+    psiv_hi_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_hi)
+    psiv_lo_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_lo)
+
+    # per-row step scalars in the dK layout
+    i_k = gl.arange(0, CR, layout=gl.SliceLayout(1, MK))
+    n_k = gl.arange(0, BNB, layout=gl.SliceLayout(0, MK))
+    t_k = c * C + i_k // R
+    ts = gl.load(TS_S + bh * S + t_k)
+    erev = gl.load(EREV_S + bh * S + t_k)
+
+    # the two-slot TMA ring and the split dstates operands
+    ds_buf = gl.allocate_shared_memory(gl.float32, [2, BNB, P], dst_desc.layout)
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, BNB, P], st_desc.layout)
+    kr_buf = gl.allocate_shared_memory(gl.float32, [2, CR, BNB], kr_desc.layout)
+    dks_buf = gl.allocate_shared_memory(gl.float32, [2, CR, BNB], dks_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=1)
+    mbarrier.init(bars.index(1), count=1)
+    DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
+    DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], gl.float32)
+    dsh_s = gl.allocate_shared_memory(gl.float32, [BNB, P], DSN_L)
+    dsl_s = gl.allocate_shared_memory(gl.float32, [BNB, P], DSN_L)
+    dsth_s = gl.allocate_shared_memory(gl.float32, [P, BNB], DST_L)
+    dstl_s = gl.allocate_shared_memory(gl.float32, [P, BNB], DST_L)
+
+    row_s = (bhc * N).to(gl.int32)
+    row_k = (bhc * CR).to(gl.int32)
+    _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
+                 kr_buf.index(0), dks_buf.index(0), row_s, row_k, 0)
+
+    acc = gl.zeros([CR, P], gl.float32, MP)
+    acc_rev = gl.zeros([CR, BNB], gl.float32, MK)
+    acc_fac = gl.zeros([CR, BNB], gl.float32, MK)
+    acc_dda = gl.zeros([BNB, P], gl.float32, ROW)
+    NSTEPS: gl.constexpr = N // BNB
+    for j in range(NSTEPS):
+        slot = j % 2
+        if j + 1 < NSTEPS:
+            _cta_barrier()  # every warp is done reading the slot the next copy fills
+            _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
+                         st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
+                         row_s, row_k, (j + 1) * BNB)
+        mbarrier.wait(bars.index(slot), (j // 2) % 2)
+        ds = ds_buf.index(slot).load(ROW)
+        ds_hi, ds_lo = _tf32_split(ds)
+        dsh_s.store(ds_hi)
+        dsl_s.store(ds_lo)
+        dsth_s.store(gl.permute(ds_hi, (1, 0)))
+        dstl_s.store(gl.permute(ds_lo, (1, 0)))
+        kr = kr_buf.index(slot).load(MK)
+        ks = kr * ts[:, None]
+        ks_hi, ks_lo = _tf32_split(ks)
+        a_hi = gl.convert_layout(ks_hi, AK)
+        a_lo = gl.convert_layout(ks_lo, AK)
+        fence_async_shared()
+        _cta_barrier()
+        dk = warpgroup_mma(psiv_lo_s, dsh_s.permute((1, 0)), gl.zeros([CR, BNB], gl.float32, MK),
+                           use_acc=False, is_async=True)
+        dk = warpgroup_mma(psiv_hi_s, dsl_s.permute((1, 0)), dk, is_async=True)
+        dk = warpgroup_mma(psiv_hi_s, dsh_s.permute((1, 0)), dk, is_async=True)
+        acc = warpgroup_mma(a_lo, dsth_s.permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi, dstl_s.permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi, dsth_s.permute((1, 0)), acc, is_async=True)
+        acc_dda += st_buf.index(slot).load(ROW).to(gl.float32) * ds
+        dks_in = dks_buf.index(slot).load(MK)
+        dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
+        dks = dks_in + dk * erev[:, None]
+        gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (j * BNB + n_k)[None, :], dks * ts[:, None])
+        acc_rev += ks * dk
+        acc_fac += kr * dks
+    mbarrier.invalidate(bars.index(0))
+    mbarrier.invalidate(bars.index(1))
+
+    # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
+    i_p = gl.arange(0, CR, layout=gl.SliceLayout(1, MP))
+    p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
+    erev_p = gl.load(EREV_S + bh * S + c * C + i_p // R)
+    dpsiv = gl.load(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :]) + acc * erev_p[:, None]
+    dpsiv = gl.convert_layout(dpsiv, ROW)
+
+    # value side: DV[t] = sum_r dPsiV[t, r] mimo_v[r]; this chunk's DMIMO_V[r] = sum_t dPsiV[t, r] v[t]
+    dv = gl.sum(gl.reshape(dpsiv * gl.load(psi_ptr), [C, R, P]), axis=1)
+    t_v = gl.arange(0, C, layout=gl.SliceLayout(1, dv.type.layout))
+    p_v = gl.arange(0, P, layout=gl.SliceLayout(0, dv.type.layout))
+    gl.store(DV + ((b * S + c * C + t_v[:, None]) * H + h) * P + p_v[None, :], dv.to(DV.dtype.element_ty))
+    dmv = gl.sum(gl.reshape(dpsiv * gl.load(v_ptr).to(gl.float32), [C, R, P]), axis=0)
+    r_m = gl.arange(0, R, layout=gl.SliceLayout(1, dmv.type.layout))
+    p_m = gl.arange(0, P, layout=gl.SliceLayout(0, dmv.type.layout))
+    gl.store(DMVP_S + (bhc * R + r_m[:, None]) * P + p_m[None, :], dmv)
+
+    # the N sums, per step
+    ddacsrev = gl.sum(gl.reshape(gl.sum(acc_rev, axis=1), [C, R]), axis=1)
+    dfac = gl.sum(gl.reshape(gl.sum(acc_fac, axis=1), [C, R]), axis=1)
+    t_s = gl.arange(0, C, layout=ddacsrev.type.layout)
+    gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev)
+    gl.store(DFAC + bh * S + c * C + gl.arange(0, C, layout=dfac.type.layout), dfac)
+    dda = gl.load(DECAY_S + bhc) * gl.sum(gl.sum(acc_dda, axis=1), axis=0)
+    gl.store(DDA + bh * S + c * C + t_s, gl.full([C], 0.0, gl.float32, layout=ddacsrev.type.layout) + dda)
+
+
+def block_rows(meta) -> int:
+    """BNB: N rows per step of the N walk."""
+    return 16
+
+
+def supported(meta) -> bool:
+    """The shapes this kernel is written for: one warpgroup's 64 fused rows (C*R = 64), P = 32
+    or 64 (the [64, P] dPsiV accumulator and PsiV parts; no column masks), N a multiple of
+    block_rows(meta) (whole TMA boxes and N walk steps)."""
+    return meta.C * meta.R == 64 and meta.P in (32, 64) and meta.N % block_rows(meta) == 0
+
+
+def _desc(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor:
+    flat = t.view(-1, cols)
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
+
+
+def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
+    """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
+    apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late."""
+    bnb, cr = block_rows(meta), meta.C * meta.R
+    bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
+        _desc(s["DST"], meta.P, [bnb, meta.P]), _desc(x["states"], meta.P, [bnb, meta.P]),
+        _desc(s["KR"], meta.N, [cr, bnb]), _desc(s["DKS"], meta.N, [cr, bnb]),
+        x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
+        out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
+        meta.S, meta.H,
+        N=meta.N, P=meta.P, C=meta.C, R=meta.R, BNB=bnb, num_warps=4,
+    )
