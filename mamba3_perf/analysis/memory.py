@@ -153,6 +153,8 @@ STAGE_BUFFERS["stage21_halves"] = STAGE_BUFFERS["stage20_auxinc"]
 STAGE_BUFFERS["stage22_lkqblock"] = STAGE_BUFFERS["stage21_halves"]
 # stage23's Gluon state_terms holds no more than stage22's (its ring of N blocks is shared memory)
 STAGE_BUFFERS["stage23_gluonterms"] = STAGE_BUFFERS["stage22_lkqblock"]
+# stage24's Gluon aux stages its loop-invariant operands in shared memory, not more registers
+STAGE_BUFFERS["stage24_gluonaux"] = STAGE_BUFFERS["stage23_gluonterms"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -28,9 +28,14 @@ def uses_gluon(x: dict, meta) -> bool:
     return terms_gluon is not None and is_hopper(x["q"].device) and terms_gluon.supported(meta)
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage23's pipeline; ``kw``: more stage22_lkqblock.run_with keywords (stage24)."""
     stage22_lkqblock.run_with(x, out, meta,
-                              state_terms=terms_gluon.launch_state_terms if uses_gluon(x, meta) else None)
+                              state_terms=terms_gluon.launch_state_terms if uses_gluon(x, meta) else None, **kw)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

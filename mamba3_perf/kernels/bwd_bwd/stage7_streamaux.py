@@ -180,7 +180,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
-             state_terms=None) -> None:
+             state_terms=None, aux=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -194,7 +194,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     the default; stage15); ``aux_increments``: the aux stores the recurrence's chunk terms to
     DST, which ``state_pass`` must then only scan (stage20); ``lkq_block``: the aux's first N
     loop's block (stage22); ``state_terms``: state_terms' launcher
-    (stage6_statepass.launch_state_terms's signature, the default; stage23)."""
+    (stage6_statepass.launch_state_terms's signature, the default; stage23); ``aux``: the aux's
+    launcher (:func:`launch_aux`'s signature, the default; stage24)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
@@ -202,8 +203,9 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
-    launch_aux(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
-               diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments, lkq_block=lkq_block)
+    (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
+                        diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments,
+                        lkq_block=lkq_block)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     (state_terms or stage6_statepass.launch_state_terms)(x, s, out, meta, **(terms or {}), inputs=inputs,
                                                         late_sums=late_sums)

@@ -13,29 +13,13 @@ common.fdot) are issued asynchronously while the block's DDA term is formed.
 """
 from __future__ import annotations
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-import torch
-
-# the TMA load's name: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# the CTA-wide barrier: thread_barrier in Triton 3.6, barrier later
-_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-_GL_DTYPES = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
-
-
-@gluon.jit
-def _tf32_split(x):
-    """common.tf32_split in Gluon: x = hi + lo exactly, hi rounded to TF32."""
-    bits = x.to(gl.uint32, bitcast=True)
-    hi = ((bits + 0x1000) >> 13 << 13).to(gl.float32, bitcast=True)
-    return hi, x - hi
+from mamba3_perf.kernels.bwd_bwd.gluon_common import cta_barrier, row_blocks, tf32_split, tma_load
 
 
 @gluon.jit
@@ -43,10 +27,10 @@ def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, dk
     nbytes: gl.constexpr = (dst_desc.block_type.nbytes + st_desc.block_type.nbytes
                             + kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
     mbarrier.expect(bar, nbytes)
-    _tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
-    _tma_load(st_desc, [row_s + col, 0], bar, st_s)
-    _tma_load(kr_desc, [row_k, col], bar, kr_s)
-    _tma_load(dks_desc, [row_k, col], bar, dks_s)
+    tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
+    tma_load(st_desc, [row_s + col, 0], bar, st_s)
+    tma_load(kr_desc, [row_k, col], bar, kr_s)
+    tma_load(dks_desc, [row_k, col], bar, dks_s)
 
 
 @gluon.jit
@@ -80,7 +64,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     t_r = c * C + i_r // R
     v_ptr = V + ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psi_ptr = MV + (h * R + (i_r % R)[:, None]) * P + p_r[None, :]
-    psiv_hi, psiv_lo = _tf32_split(gl.load(v_ptr).to(gl.float32) * gl.load(psi_ptr))
+    psiv_hi, psiv_lo = tf32_split(gl.load(v_ptr).to(gl.float32) * gl.load(psi_ptr))
     PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, P], gl.float32)
     psiv_hi_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_hi)
     psiv_lo_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_lo)
@@ -120,24 +104,24 @@ def bwd_bwd_state_terms_gluon_kernel(
     for j in range(NSTEPS):
         slot = j % 2
         if j + 1 < NSTEPS:
-            _cta_barrier()  # every warp is done reading the slot the next copy fills
+            cta_barrier()  # every warp is done reading the slot the next copy fills
             _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
                          st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
                          row_s, row_k, (j + 1) * BNB)
         mbarrier.wait(bars.index(slot), (j // 2) % 2)
         ds = ds_buf.index(slot).load(ROW)
-        ds_hi, ds_lo = _tf32_split(ds)
+        ds_hi, ds_lo = tf32_split(ds)
         dsh_s.store(ds_hi)
         dsl_s.store(ds_lo)
         dsth_s.store(gl.permute(ds_hi, (1, 0)))
         dstl_s.store(gl.permute(ds_lo, (1, 0)))
         kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
-        ks_hi, ks_lo = _tf32_split(ks)
+        ks_hi, ks_lo = tf32_split(ks)
         a_hi = gl.convert_layout(ks_hi, AK)
         a_lo = gl.convert_layout(ks_lo, AK)
         fence_async_shared()
-        _cta_barrier()
+        cta_barrier()
         dk = warpgroup_mma(psiv_lo_s, dsh_s.permute((1, 0)), gl.zeros([CR, BNB], gl.float32, MK),
                            use_acc=False, is_async=True)
         dk = warpgroup_mma(psiv_hi_s, dsl_s.permute((1, 0)), dk, is_async=True)
@@ -194,19 +178,13 @@ def supported(meta) -> bool:
     return meta.C * meta.R == 64 and meta.P in (32, 64) and meta.N % block_rows(meta) == 0
 
 
-def _desc(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor:
-    flat = t.view(-1, cols)
-    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
-
-
 def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late."""
     bnb, cr = block_rows(meta), meta.C * meta.R
     bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
-        _desc(s["DST"], meta.P, [bnb, meta.P]), _desc(x["states"], meta.P, [bnb, meta.P]),
-        _desc(s["KR"], meta.N, [cr, bnb]), _desc(s["DKS"], meta.N, [cr, bnb]),
+        row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
+        row_blocks(s["KR"], meta.N, [cr, bnb]), row_blocks(s["DKS"], meta.N, [cr, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H,

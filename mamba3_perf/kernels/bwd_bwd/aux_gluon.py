@@ -1,0 +1,292 @@
+"""The streamed aux in Gluon: the same chunk-local products as
+stage7_streamaux.bwd_bwd_aux_streamed_kernel in the configuration stage22 runs on the shapes of
+:func:`supported` (PsiV, dPhiO from the inputs; the diagonal terms' weight blocks to GDB; the
+dstates increments formed in the N walk; N sums reduced late), with its operands staged on chip
+by hand (Hopper, sm_90 only).
+
+One warpgroup per (b, h, chunk), two phases:
+
+* scores: dPsiV.dPhiO^T and k.q^T (the N walk of k / q blocks arriving by TMA into a two-slot
+  ring), DSSDA, DGAMMA, the chunk-local dPsiV (one product: (k.q^T * wt + gamma qk_dot) dPhiO),
+  the weighted scores dkqw and the diagonal weight blocks;
+* N walk: per block of NB columns (q, k rows and the cached states by TMA, the next block in
+  flight), the dstates increment (dPhiO exp(da_cs))^T qr, dK = dkqw qr, dQ = dkqw^T ks + the
+  cached-state term dPhiO states^T exp(da_cs), and DDA_CS's terms.
+
+Each fp32-level product is tf32x3 (lo.hi, hi.lo, hi.hi, as common.fdot) on asynchronous wgmma;
+the two products stage22 runs at one TF32 pass (PQ: dQ's intra-chunk and cached-state terms,
+with 16-bit cached states) run at one pass here too. TF32 wgmma reads K-major operands only, so
+operands are written to shared memory in the orientation each product needs.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait,
+)
+
+from mamba3_perf.kernels.bwd_bwd.gluon_common import cta_barrier, row_blocks, tf32_split, tma_load
+
+
+@gluon.jit
+def _issue_qk(q_desc, k_desc, bar, q_s, k_s, row, col):
+    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes)
+    tma_load(q_desc, [row, col], bar, q_s)
+    tma_load(k_desc, [row, col], bar, k_s)
+
+
+@gluon.jit
+def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_s, row, row_st, col):
+    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes + st_desc.block_type.nbytes)
+    tma_load(q_desc, [row, col], bar, q_s)
+    tma_load(k_desc, [row, col], bar, k_s)
+    tma_load(st_desc, [row_st + col, 0], bar, st_s)
+
+
+@gluon.jit
+def _dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
+    """acc (+)= a @ b as three asynchronous TF32 wgmma (lo.hi, hi.lo, hi.hi); b_* are [K, N]
+    shared-memory views, a_* registers or shared memory."""
+    acc = warpgroup_mma(a_lo, b_hi, acc, use_acc=use_acc, is_async=True)
+    acc = warpgroup_mma(a_hi, b_lo, acc, is_async=True)
+    return warpgroup_mma(a_hi, b_hi, acc, is_async=True)
+
+
+@gluon.jit
+def bwd_bwd_aux_gluon_kernel(
+    q1_desc, k1_desc, q2_desc, k2_desc, st_desc,
+    QKDOT, DSKIP, GAM_S, TS_S, ECS_S, WT_S,
+    DPSIV_S, DKS_S, DQR_S, DDP_S, GDB_S, DST_S,
+    DSSDA, DGAM, DDACS,
+    DOUT, V, MV, MO,
+    S, H,
+    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, NB1: gl.constexpr,
+    NB: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
+):
+    CR: gl.constexpr = C * R
+    nc = S // C
+    bhc = gl.program_id(0).to(gl.int64)
+    bh = bhc // nc
+    b = bh // H
+    h = bh % H
+    c = bhc % nc
+    row_k = (bhc * CR).to(gl.int32)
+    row_st = (bhc * N).to(gl.int32)
+
+    ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                 instr_shape=[16, CR, 8])  # [CR, CR] scores
+    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                 instr_shape=[16, P, 8])  # [CR, P]
+    MB: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                 instr_shape=[16, NB, 8])  # [CR or P, NB] N walk
+    AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=1)
+    AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
+    AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=1)
+
+    # ---------------------------------------------------------------- PsiV, dPhiO [CR, P]
+    i_r = gl.arange(0, CR, layout=gl.SliceLayout(1, ROW))
+    p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
+    t_r = c * C + i_r // R
+    r_r = i_r % R
+    vrow = ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
+    psiv = gl.load(V + vrow).to(gl.float32) * gl.load(MV + (h * R + r_r[:, None]) * P + p_r[None, :])
+    if REDUCE_O:
+        dphio = gl.load(DOUT + vrow).to(gl.float32) * gl.load(MO + (h * R + r_r[:, None]) * P + p_r[None, :])
+    else:
+        dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :]).to(gl.float32)
+    if HAS_D:
+        gl.store(DDP_S + bhc, gl.sum(gl.sum(dphio * psiv, axis=1), axis=0))
+    ps_hi, ps_lo = tf32_split(psiv)
+    dp_hi, dp_lo = tf32_split(dphio)
+    CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, P], gl.float32)
+    PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, CR], gl.float32)
+    dph_s = gl.allocate_shared_memory(gl.float32, [CR, P], CP_L, dp_hi)
+    dpl_s = gl.allocate_shared_memory(gl.float32, [CR, P], CP_L, dp_lo)
+    fence_async_shared()
+    cta_barrier()
+    # dkq = PsiV dPhiO^T [CR(k), CR(q)]: K = P
+    dkq = _dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
+                dpl_s.permute((1, 0)), gl.zeros([CR, CR], gl.float32, MS), False)
+
+    # ---------------------------------------------------------------- k.q^T over N
+    i_s = gl.arange(0, CR, layout=gl.SliceLayout(1, MS))
+    j_s = gl.arange(0, CR, layout=gl.SliceLayout(0, MS))
+    ts_r = gl.load(TS_S + bh * S + t_r)
+    q1_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB1], q1_desc.layout)
+    k1_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB1], k1_desc.layout)
+    bar1 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar1.index(0), count=1)
+    mbarrier.init(bar1.index(1), count=1)
+    QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, NB1], gl.float32)
+    qh_s = gl.allocate_shared_memory(gl.float32, [CR, NB1], QB_L)
+    ql_s = gl.allocate_shared_memory(gl.float32, [CR, NB1], QB_L)
+    _issue_qk(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), k1_buf.index(0), row_k, 0)
+    dkq = warpgroup_mma_wait(num_outstanding=0, deps=(dkq,))
+    lkq = warpgroup_mma_init(gl.zeros([CR, CR], gl.float32, MS))
+    STEPS1: gl.constexpr = N // NB1
+    for j in range(STEPS1):
+        slot = j % 2
+        if j + 1 < STEPS1:
+            cta_barrier()
+            _issue_qk(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), k1_buf.index(1 - slot),
+                      row_k, (j + 1) * NB1)
+        mbarrier.wait(bar1.index(slot), (j // 2) % 2)
+        q_hi, q_lo = tf32_split(q1_buf.index(slot).load(ROW))
+        ks_hi, ks_lo = tf32_split(k1_buf.index(slot).load(ROW) * ts_r[:, None])
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))  # the last step's dots: qh_s / ql_s free
+        qh_s.store(q_hi)
+        ql_s.store(q_lo)
+        fence_async_shared()
+        cta_barrier()
+        lkq = _dot3(gl.convert_layout(ks_hi, AS), gl.convert_layout(ks_lo, AS), qh_s.permute((1, 0)),
+                    ql_s.permute((1, 0)), acc, True)
+    lkq = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))
+    mbarrier.invalidate(bar1.index(0))
+    mbarrier.invalidate(bar1.index(1))
+
+    # ---------------------------------------------------------------- scores
+    ti = i_s // R
+    ri = i_s % R
+    tj = j_s // R
+    same = ti[:, None] == tj[None, :]
+    t_i = c * C + ti
+    qkd = gl.load(QKDOT + ((bh * S + t_i[:, None]) * R + (j_s % R)[None, :]) * R + ri[:, None],
+                  mask=same, other=0.0).to(gl.float32)
+    dssda = gl.sum(gl.sum(gl.reshape(lkq * dkq, [C, R, C, R]), axis=3), axis=1)
+    tk = gl.arange(0, C, layout=gl.SliceLayout(1, dssda.type.layout))
+    tq = gl.arange(0, C, layout=gl.SliceLayout(0, dssda.type.layout))
+    gl.store(DSSDA + (bhc * C + tk[:, None]) * C + tq[None, :], dssda)
+    dgam = gl.sum(gl.reshape(gl.sum(qkd * dkq, axis=1), [C, R]), axis=1)
+    gl.store(DGAM + bh * S + c * C + gl.arange(0, C, layout=dgam.type.layout), dgam)
+    gamma = gl.load(GAM_S + bh * S + t_i)
+    wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :])
+    # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
+    # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
+    dp_hi = dph_s.load(ROW)
+    dp_lo = dpl_s.load(ROW)
+    dpth_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(dp_hi, (1, 0)))
+    dptl_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(dp_lo, (1, 0)))
+    a_hi, a_lo = tf32_split(lkq * wt + gamma[:, None] * qkd)
+    fence_async_shared()
+    cta_barrier()
+    dpsiv = _dot3(gl.convert_layout(a_hi, AP), gl.convert_layout(a_lo, AP), dpth_s.permute((1, 0)),
+                  dptl_s.permute((1, 0)), gl.zeros([CR, P], gl.float32, MP), False)
+    # waited at once: the shared memory of what follows (reductions' and layout conversions'
+    # scratch, later buffers) may be placed over dpth_s / dptl_s, which the compiler counts free
+    # once the wgmma is issued, not once it completes
+    dpsiv = warpgroup_mma_wait(num_outstanding=0, deps=(dpsiv,))
+    dkqw = dkq * wt
+    gd = gl.where(same, dkq, 0.0) * gamma[:, None]
+    gdb = gl.sum(gl.reshape(gd, [CR, C, R]), axis=1)
+    ig = gl.arange(0, CR, layout=gl.SliceLayout(1, gdb.type.layout))
+    rg = gl.arange(0, R, layout=gl.SliceLayout(0, gdb.type.layout))
+    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb)
+    # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
+    # dkqw^T in shared memory (dQ's one pass)
+    w_hi, w_lo = tf32_split(dkqw)
+    wa_hi = gl.convert_layout(w_hi, AB)
+    wa_lo = gl.convert_layout(w_lo, AB)
+    SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, CR], gl.float32)
+    wth_s = gl.allocate_shared_memory(gl.float32, [CR, CR], SS_L, gl.permute(w_hi, (1, 0)))
+    i_p = gl.arange(0, CR, layout=gl.SliceLayout(1, MP))
+    p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
+    dphio = dp_hi + dp_lo  # exact
+    if HAS_D:
+        dpsiv += gl.load(DSKIP + h) * gl.convert_layout(dphio, MP)
+    gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv)
+    # A of the increments: (dPhiO exp(da_cs))^T [P, K = CR]
+    ecs_r = gl.load(ECS_S + bh * S + t_r)
+    de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
+    deh_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(de_hi, (1, 0)))
+    del_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(de_lo, (1, 0)))
+
+    # ---------------------------------------------------------------- N walk
+    i_b = gl.arange(0, CR, layout=gl.SliceLayout(1, MB))
+    n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
+    ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R)
+    q2_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB], q2_desc.layout)
+    k2_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB], k2_desc.layout)
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, NB, P], st_desc.layout)
+    bar2 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar2.index(0), count=1)
+    mbarrier.init(bar2.index(1), count=1)
+    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, CR], gl.float32)
+    BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], gl.float32)
+    qth_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)  # B of dK: [K = CR, NB]
+    qtl_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)
+    kth_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)  # B of dQ
+    st_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # B of the cached-state term
+    _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
+               row_k, row_st, 0)
+    acc_cs = gl.zeros([CR, NB], gl.float32, MB)
+    STEPS2: gl.constexpr = N // NB
+    for j in range(STEPS2):
+        slot = j % 2
+        if j + 1 < STEPS2:
+            cta_barrier()
+            _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
+                       k2_buf.index(1 - slot), st_buf.index(1 - slot), row_k, row_st, (j + 1) * NB)
+        mbarrier.wait(bar2.index(slot), (j // 2) % 2)
+        q_hi, q_lo = tf32_split(q2_buf.index(slot).load(ROW))
+        ks_hi, _ks_lo = tf32_split(k2_buf.index(slot).load(ROW) * ts_r[:, None])
+        qth_s.store(gl.permute(q_hi, (1, 0)))
+        qtl_s.store(gl.permute(q_lo, (1, 0)))
+        kth_s.store(gl.permute(ks_hi, (1, 0)))
+        st_s.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
+        fence_async_shared()
+        cta_barrier()
+        inc = _dot3(deh_s, del_s, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
+                    gl.zeros([P, NB], gl.float32, MB), False)
+        dks = _dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
+                    gl.zeros([CR, NB], gl.float32, MB), False)
+        dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([CR, NB], gl.float32, MB),
+                            use_acc=False, is_async=True)
+        dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([CR, NB], gl.float32, MB),
+                               use_acc=False, is_async=True)
+        qr_b = q2_buf.index(slot).load(MB)
+        inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
+        cols = j * NB + n_b
+        gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc)  # rows of inc are p (P = CR)
+        gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks)
+        gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None])
+        acc_cs += qr_b * dq_raw
+    mbarrier.invalidate(bar2.index(0))
+    mbarrier.invalidate(bar2.index(1))
+    ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [C, R]), axis=1)
+    gl.store(DDACS + bh * S + c * C + gl.arange(0, C, layout=ddacs.type.layout), ddacs)
+
+
+def supported(meta) -> bool:
+    """The shapes this kernel is written for: one warpgroup's 64 fused rows (C*R = 64), P = 64
+    (the increments' [P, NB] product fills the warpgroup's 64 rows), N a multiple of 32 up to
+    128 (whole k / q blocks of both N walks)."""
+    return meta.C * meta.R == 64 and meta.P == 64 and meta.N in (32, 64, 96, 128)
+
+
+AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
+
+
+def launch_aux(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, diag_blocks: bool = False,
+               increments: bool = False, **_ignored) -> None:
+    """stage7_streamaux.launch_aux's signature, for the configuration it is written for (PsiV
+    and dPhiO from the inputs, the diagonal weight blocks to GDB, the increments formed):
+    anything else is an error, not a silent change of what is computed."""
+    if not (inputs and diag_blocks and increments):
+        raise ValueError("the Gluon aux runs only with inputs, diag_blocks and increments (stage22's "
+                         f"configuration on its shapes); got inputs={inputs}, diag_blocks={diag_blocks}, "
+                         f"increments={increments}")
+    cr, N = meta.C * meta.R, meta.N
+    bwd_bwd_aux_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
+        row_blocks(s["QR"], N, [cr, AUX_NB1]), row_blocks(s["KR"], N, [cr, AUX_NB1]),
+        row_blocks(s["QR"], N, [cr, AUX_NB]), row_blocks(s["KR"], N, [cr, AUX_NB]),
+        row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
+        x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
+        s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
+        out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
+        x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
+        meta.S, meta.H,
+        N=N, P=meta.P, C=meta.C, R=meta.R, NB1=AUX_NB1, NB=AUX_NB, HAS_D=meta.has_d,
+        REDUCE_O=meta.reduce_o, num_warps=4,
+    )

@@ -1,0 +1,32 @@
+"""What the Gluon kernels (Hopper only: sm_90 wgmma and TMA) share: the names of Gluon calls that
+differ across Triton versions, the TF32 split, and TMA descriptors of the fp32 / 16-bit buffers
+viewed as 2-D row blocks. Importing this needs a Triton with Gluon's Hopper module."""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# the TMA load: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# the CTA-wide barrier: thread_barrier in Triton 3.6, barrier later
+cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+GL_DTYPES = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+@gluon.jit
+def tf32_split(x):
+    """common.tf32_split in Gluon: x = hi + lo exactly, hi rounded to TF32."""
+    bits = x.to(gl.uint32, bitcast=True)
+    hi = ((bits + 0x1000) >> 13 << 13).to(gl.float32, bitcast=True)
+    return hi, x - hi
+
+
+def row_blocks(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor:
+    """A TMA descriptor of contiguous ``t`` viewed as [numel / cols, cols], in ``block`` boxes
+    (shared layout: the default NVMMA swizzle for the box)."""
+    flat = t.view(-1, cols)
+    layout = gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[t.dtype])
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)

@@ -1,0 +1,52 @@
+"""stage24_gluonaux: stage23 with the streamed aux as a Gluon kernel on Hopper GPUs.
+
+After stage23 the streamed aux is the largest kernel (1523 of 3022 us on N128_P64_R4_C16,
+records/profile-gluonterms-3c7c395/): 255 registers, two 4-warp programs per SM, spills, its two
+N walks loading each block when it needs it. aux_gluon.bwd_bwd_aux_gluon_kernel does the same
+products with the operands staged by hand (aux_gluon's docstring): k / q / state blocks by TMA
+with the next in flight, the loop-invariant operands (dPhiO and the weighted scores, TF32 parts)
+in shared memory or registers once per chunk, every product on asynchronous wgmma. Where it
+applies (:func:`uses_gluon_aux`: a Hopper GPU, aux_gluon.supported, and stage22's aux
+configuration there: PsiV / dPhiO from the inputs, the diagonal weight blocks, the increments)
+this stage is stage23 with that kernel; elsewhere it is stage23.
+"""
+from __future__ import annotations
+
+from mamba3_perf.kernels.bwd_bwd import (
+    stage10_fewscratch, stage13_diagpost, stage17_scanpass, stage20_auxinc, stage23_gluonterms,
+)
+from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, is_hopper
+from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
+
+try:  # Gluon is Triton's; a Triton without it (or without its Hopper module) keeps stage23
+    from mamba3_perf.kernels.bwd_bwd import aux_gluon
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    aux_gluon = None
+
+
+def uses_gluon_aux(x: dict, meta) -> bool:
+    """Whether this stage runs the Gluon aux on ``x``'s device for ``meta``: a Hopper GPU, a shape
+    aux_gluon is written for, and the aux configuration it implements (stage22's rules; 16-bit
+    inputs and cached states, where stage22 runs dQ's two products at one TF32 pass:
+    common.split_precisions' PQ)."""
+    return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta)
+            and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
+            and stage10_fewscratch.reads_inputs(meta) and stage13_diagpost.moves_diagonal(meta)
+            and stage17_scanpass.splits_pass(meta) and stage20_auxinc.forms_increments(meta))
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage23_gluonterms.run_with(x, out, meta, aux=aux_gluon.launch_aux if uses_gluon_aux(x, meta) else None)
+
+
+STAGE = register_stage(StageSpec(
+    name="stage24_gluonaux",
+    parent="stage23_gluonterms",
+    summary="the streamed aux in Gluon on Hopper: k / q / state blocks by TMA, loop-invariant "
+            "operands staged once, asynchronous wgmma (stage23 elsewhere)",
+    entry=run,
+    kernels=stage23_gluonterms.STAGE.kernels
+    + (KernelSpec("bwd_bwd_aux_gluon_kernel", Tag.AUX,
+                  "rank-folded aux, Gluon: TMA rings, async wgmma"),),
+    zero_outputs=False,
+))

@@ -1,0 +1,66 @@
+"""stage24_gluonaux: which shapes and inputs its Gluon aux takes, that the kernel compiles for
+the H200 (sm_90) on this machine within two programs' shared memory per SM, that its launcher
+refuses an aux configuration it does not implement, and (on a Hopper GPU only) the stage
+against the golden."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mamba3_perf.bench import prepare
+from mamba3_perf.kernels import cases, get_case
+from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd.common import is_hopper
+from mamba3_perf.kernels.checking import check_stage
+
+H200_SMEM = 228 * 1024  # shared memory per SM
+
+
+@pytest.mark.parametrize("case_id,runs", [
+    ("small-N32_P64_R4_C16", True), ("small-N64_P64_R4_C16", True), ("small-N128_P64_R4_C16", True),
+    ("small-N128_P64_R8_C8", True), ("small-N128_P64_R2_C32", True), ("small-N128_P64_R1_C64", True),
+    ("small-N128_P32_R4_C16", False),  # P = 32: the increments' [P, NB] product is under 64 rows
+    ("small-N64_P128_R4_C16", False), ("small-N16_P64_R4_C8", False), ("small-N256_P64_R4_C8", False),
+])
+def test_gluon_aux_shapes(case_meta, case_id, runs):
+    assert aux_gluon.supported(case_meta(case_id)) is runs
+
+
+def test_gluon_aux_only_on_hopper(case_meta):
+    case = get_case("small-N64_P64_R4_C16")
+    assert not stage24_gluonaux.uses_gluon_aux(prepare(case, device="cpu"), case_meta(case))  # CPU
+
+
+def test_gluon_aux_refuses_other_configurations(case_meta):
+    case = get_case("small-N64_P64_R4_C16")
+    with pytest.raises(ValueError, match="inputs, diag_blocks and increments"):
+        aux_gluon.launch_aux(prepare(case, device="cpu"), {}, {}, case_meta(case), inputs=True,
+                             diag_blocks=True, increments=False)
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (32, 64, 4, 16), (128, 64, 8, 8)])
+def test_gluon_aux_compiles_for_sm90(shape):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", "stage24_gluonaux",
+                          *map(str, shape), "--kernel", "aux_gluon"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    k = {d["kernel"]: d for d in map(json.loads, res.stdout.splitlines())}["bwd_bwd_aux_gluon_kernel"]
+    assert k["num_warps"] == 4
+    assert 2 * k["shared"] <= H200_SMEM, k["shared"]
+    wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
+    assert wgmma == [(16, 16, 8), (16, 64, 8)], wgmma  # the N walk's 16 columns; the [64, 64] scores
+
+
+HOPPER = torch.cuda.is_available() and is_hopper("cuda")
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
+def test_gluon_aux_match_golden_on_hopper(case):
+    """With the benchmarks' cached-state dtype (16-bit for 16-bit cases: the Gluon aux's)."""
+    rows = check_stage("stage24_gluonaux", case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
