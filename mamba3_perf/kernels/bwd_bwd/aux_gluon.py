@@ -1,8 +1,8 @@
 """The streamed aux in Gluon: the same chunk-local products as
 stage7_streamaux.bwd_bwd_aux_streamed_kernel in the configuration stage22 runs on the shapes of
-:func:`supported` (PsiV, dPhiO from the inputs; the diagonal terms' weight blocks to GDB; the
-dstates increments formed in the N walk; N sums reduced late), with its operands staged on chip
-by hand (Hopper, sm_90 only).
+:func:`supported` (the diagonal terms' weight blocks to GDB; the dstates increments formed in the
+N walk; N sums reduced late; PsiV and dPhiO always from the 16-bit inputs), with its operands
+staged on chip by hand (Hopper, sm_90 only).
 
 One warpgroup per (b, h, chunk), two phases:
 
@@ -65,6 +65,8 @@ def bwd_bwd_aux_gluon_kernel(
     NB: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
 ):
     CR: gl.constexpr = C * R
+    M: gl.constexpr = 64  # rows of every product: a warpgroup's least (C*R = 32 runs on 64)
+    MT: gl.constexpr = M // R  # steps of the M rows
     nc = S // C
     bhc = gl.program_id(0).to(gl.int64)
     bh = bhc // nc
@@ -76,55 +78,62 @@ def bwd_bwd_aux_gluon_kernel(
 
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, CR, 8])  # [CR, CR] scores
+                                                 instr_shape=[16, M, 8])  # [M, M] scores
     MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, P, 8])  # [CR, P]
+                                                 instr_shape=[16, P, 8])  # [M, P]
     MB: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, NB, 8])  # [CR or P, NB] N walk
+                                                 instr_shape=[16, NB, 8])  # [M, NB] N walk
     AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=1)
     AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
     AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=1)
 
-    # ---------------------------------------------------------------- PsiV, dPhiO [CR, P]
-    i_r = gl.arange(0, CR, layout=gl.SliceLayout(1, ROW))
+    # ---------------------------------------------------------------- PsiV, dPhiO [M, P]
+    # rows past the chunk's C*R: PsiV, dPhiO, ks and the step scalars 0, the q / k rows another
+    # chunk's (the TMA boxes run on; finite), so the padded rows and columns of every product that
+    # is stored come out 0 or are not stored
+    i_r = gl.arange(0, M, layout=gl.SliceLayout(1, ROW))
     p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
     t_r = c * C + i_r // R
     r_r = i_r % R
+    in_r = i_r < CR
     vrow = ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
-    psiv = gl.load(V + vrow).to(gl.float32) * gl.load(MV + (h * R + r_r[:, None]) * P + p_r[None, :])
+    psiv = (gl.load(V + vrow, mask=in_r[:, None], other=0.0).to(gl.float32)
+            * gl.load(MV + (h * R + r_r[:, None]) * P + p_r[None, :]))
     if REDUCE_O:
-        dphio = gl.load(DOUT + vrow).to(gl.float32) * gl.load(MO + (h * R + r_r[:, None]) * P + p_r[None, :])
+        dphio = (gl.load(DOUT + vrow, mask=in_r[:, None], other=0.0).to(gl.float32)
+                 * gl.load(MO + (h * R + r_r[:, None]) * P + p_r[None, :]))
     else:
-        dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :]).to(gl.float32)
+        dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :],
+                        mask=in_r[:, None], other=0.0).to(gl.float32)
     if HAS_D:
         gl.store(DDP_S + bhc, gl.sum(gl.sum(dphio * psiv, axis=1), axis=0))
     ps_hi, ps_lo = tf32_split(psiv)
     dp_hi, dp_lo = tf32_split(dphio)
-    CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, P], gl.float32)
-    PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, CR], gl.float32)
-    dph_s = gl.allocate_shared_memory(gl.float32, [CR, P], CP_L, dp_hi)
-    dpl_s = gl.allocate_shared_memory(gl.float32, [CR, P], CP_L, dp_lo)
+    CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)
+    PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, M], gl.float32)
+    dph_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_hi)
+    dpl_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_lo)
     fence_async_shared()
     cta_barrier()
-    # dkq = PsiV dPhiO^T [CR(k), CR(q)]: K = P
+    # dkq = PsiV dPhiO^T [M(k), M(q)]: K = P
     dkq = _dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
-                dpl_s.permute((1, 0)), gl.zeros([CR, CR], gl.float32, MS), False)
+                dpl_s.permute((1, 0)), gl.zeros([M, M], gl.float32, MS), False)
 
     # ---------------------------------------------------------------- k.q^T over N
-    i_s = gl.arange(0, CR, layout=gl.SliceLayout(1, MS))
-    j_s = gl.arange(0, CR, layout=gl.SliceLayout(0, MS))
-    ts_r = gl.load(TS_S + bh * S + t_r)
-    q1_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB1], q1_desc.layout)
-    k1_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB1], k1_desc.layout)
+    i_s = gl.arange(0, M, layout=gl.SliceLayout(1, MS))
+    j_s = gl.arange(0, M, layout=gl.SliceLayout(0, MS))
+    ts_r = gl.load(TS_S + bh * S + t_r, mask=in_r, other=0.0)
+    q1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], q1_desc.layout)
+    k1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], k1_desc.layout)
     bar1 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bar1.index(0), count=1)
     mbarrier.init(bar1.index(1), count=1)
-    QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, NB1], gl.float32)
-    qh_s = gl.allocate_shared_memory(gl.float32, [CR, NB1], QB_L)
-    ql_s = gl.allocate_shared_memory(gl.float32, [CR, NB1], QB_L)
+    QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], gl.float32)
+    qh_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
+    ql_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
     _issue_qk(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), k1_buf.index(0), row_k, 0)
     dkq = warpgroup_mma_wait(num_outstanding=0, deps=(dkq,))
-    lkq = warpgroup_mma_init(gl.zeros([CR, CR], gl.float32, MS))
+    lkq = warpgroup_mma_init(gl.zeros([M, M], gl.float32, MS))
     STEPS1: gl.constexpr = N // NB1
     for j in range(STEPS1):
         slot = j % 2
@@ -150,77 +159,85 @@ def bwd_bwd_aux_gluon_kernel(
     ti = i_s // R
     ri = i_s % R
     tj = j_s // R
-    same = ti[:, None] == tj[None, :]
+    in_s = (i_s < CR)[:, None] & (j_s < CR)[None, :]
+    same = (ti[:, None] == tj[None, :]) & in_s
     t_i = c * C + ti
     qkd = gl.load(QKDOT + ((bh * S + t_i[:, None]) * R + (j_s % R)[None, :]) * R + ri[:, None],
                   mask=same, other=0.0).to(gl.float32)
-    dssda = gl.sum(gl.sum(gl.reshape(lkq * dkq, [C, R, C, R]), axis=3), axis=1)
-    tk = gl.arange(0, C, layout=gl.SliceLayout(1, dssda.type.layout))
-    tq = gl.arange(0, C, layout=gl.SliceLayout(0, dssda.type.layout))
-    gl.store(DSSDA + (bhc * C + tk[:, None]) * C + tq[None, :], dssda)
-    dgam = gl.sum(gl.reshape(gl.sum(qkd * dkq, axis=1), [C, R]), axis=1)
-    gl.store(DGAM + bh * S + c * C + gl.arange(0, C, layout=dgam.type.layout), dgam)
-    gamma = gl.load(GAM_S + bh * S + t_i)
-    wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :])
+    dssda = gl.sum(gl.sum(gl.reshape(lkq * dkq, [MT, R, MT, R]), axis=3), axis=1)
+    tk = gl.arange(0, MT, layout=gl.SliceLayout(1, dssda.type.layout))
+    tq = gl.arange(0, MT, layout=gl.SliceLayout(0, dssda.type.layout))
+    gl.store(DSSDA + (bhc * C + tk[:, None]) * C + tq[None, :], dssda, mask=(tk < C)[:, None] & (tq < C)[None, :])
+    dgam = gl.sum(gl.reshape(gl.sum(qkd * dkq, axis=1), [MT, R]), axis=1)
+    tg = gl.arange(0, MT, layout=dgam.type.layout)
+    gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < C)
+    gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < CR, other=0.0)
+    wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :], mask=in_s, other=0.0)
     # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
     dp_hi = dph_s.load(ROW)
     dp_lo = dpl_s.load(ROW)
-    dpth_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(dp_hi, (1, 0)))
-    dptl_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(dp_lo, (1, 0)))
+    dpth_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_hi, (1, 0)))
+    dptl_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_lo, (1, 0)))
     a_hi, a_lo = tf32_split(lkq * wt + gamma[:, None] * qkd)
     fence_async_shared()
     cta_barrier()
     dpsiv = _dot3(gl.convert_layout(a_hi, AP), gl.convert_layout(a_lo, AP), dpth_s.permute((1, 0)),
-                  dptl_s.permute((1, 0)), gl.zeros([CR, P], gl.float32, MP), False)
+                  dptl_s.permute((1, 0)), gl.zeros([M, P], gl.float32, MP), False)
     # waited at once: the shared memory of what follows (reductions' and layout conversions'
     # scratch, later buffers) may be placed over dpth_s / dptl_s, which the compiler counts free
     # once the wgmma is issued, not once it completes
     dpsiv = warpgroup_mma_wait(num_outstanding=0, deps=(dpsiv,))
     dkqw = dkq * wt
     gd = gl.where(same, dkq, 0.0) * gamma[:, None]
-    gdb = gl.sum(gl.reshape(gd, [CR, C, R]), axis=1)
-    ig = gl.arange(0, CR, layout=gl.SliceLayout(1, gdb.type.layout))
+    gdb = gl.sum(gl.reshape(gd, [M, MT, R]), axis=1)
+    ig = gl.arange(0, M, layout=gl.SliceLayout(1, gdb.type.layout))
     rg = gl.arange(0, R, layout=gl.SliceLayout(0, gdb.type.layout))
-    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb)
+    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < CR)[:, None])
     # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
     # dkqw^T in shared memory (dQ's one pass)
     w_hi, w_lo = tf32_split(dkqw)
     wa_hi = gl.convert_layout(w_hi, AB)
     wa_lo = gl.convert_layout(w_lo, AB)
-    SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, CR], gl.float32)
-    wth_s = gl.allocate_shared_memory(gl.float32, [CR, CR], SS_L, gl.permute(w_hi, (1, 0)))
-    i_p = gl.arange(0, CR, layout=gl.SliceLayout(1, MP))
+    SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
+    wth_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L, gl.permute(w_hi, (1, 0)))
+    i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
     dphio = dp_hi + dp_lo  # exact
     if HAS_D:
         dpsiv += gl.load(DSKIP + h) * gl.convert_layout(dphio, MP)
-    gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv)
-    # A of the increments: (dPhiO exp(da_cs))^T [P, K = CR]
-    ecs_r = gl.load(ECS_S + bh * S + t_r)
+    gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv, mask=(i_p < CR)[:, None])
+    # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on M rows (those past P zero)
+    ecs_r = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
     de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
-    deh_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(de_hi, (1, 0)))
-    del_s = gl.allocate_shared_memory(gl.float32, [P, CR], PC_L, gl.permute(de_lo, (1, 0)))
+    MM_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
+    deh_s = gl.allocate_shared_memory(gl.float32, [M, M], MM_L)
+    del_s = gl.allocate_shared_memory(gl.float32, [M, M], MM_L)
+    deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
+    del_s.slice(0, P, dim=0).store(gl.permute(de_lo, (1, 0)))
+    if P < M:
+        deh_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
+        del_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
 
     # ---------------------------------------------------------------- N walk
-    i_b = gl.arange(0, CR, layout=gl.SliceLayout(1, MB))
+    i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
-    ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R)
-    q2_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB], q2_desc.layout)
-    k2_buf = gl.allocate_shared_memory(gl.float32, [2, CR, NB], k2_desc.layout)
+    ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < CR, other=0.0)
+    q2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], q2_desc.layout)
+    k2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, NB, P], st_desc.layout)
     bar2 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bar2.index(0), count=1)
     mbarrier.init(bar2.index(1), count=1)
-    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, CR], gl.float32)
+    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], gl.float32)
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], gl.float32)
-    qth_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)  # B of dK: [K = CR, NB]
-    qtl_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)
-    kth_s = gl.allocate_shared_memory(gl.float32, [NB, CR], BC_L)  # B of dQ
+    qth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
+    qtl_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)
+    kth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dQ
     st_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # B of the cached-state term
     _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
                row_k, row_st, 0)
-    acc_cs = gl.zeros([CR, NB], gl.float32, MB)
+    acc_cs = gl.zeros([M, NB], gl.float32, MB)
     STEPS2: gl.constexpr = N // NB
     for j in range(STEPS2):
         slot = j % 2
@@ -238,49 +255,51 @@ def bwd_bwd_aux_gluon_kernel(
         fence_async_shared()
         cta_barrier()
         inc = _dot3(deh_s, del_s, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
-                    gl.zeros([P, NB], gl.float32, MB), False)
+                    gl.zeros([M, NB], gl.float32, MB), False)
         dks = _dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
-                    gl.zeros([CR, NB], gl.float32, MB), False)
-        dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([CR, NB], gl.float32, MB),
+                    gl.zeros([M, NB], gl.float32, MB), False)
+        dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                             use_acc=False, is_async=True)
-        dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([CR, NB], gl.float32, MB),
+        dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                use_acc=False, is_async=True)
         qr_b = q2_buf.index(slot).load(MB)
         inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         cols = j * NB + n_b
-        gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc)  # rows of inc are p (P = CR)
-        gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks)
-        gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None])
+        gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
+        gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < CR)[:, None])
+        gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
+                 mask=(i_b < CR)[:, None])
         acc_cs += qr_b * dq_raw
     mbarrier.invalidate(bar2.index(0))
     mbarrier.invalidate(bar2.index(1))
-    ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [C, R]), axis=1)
-    gl.store(DDACS + bh * S + c * C + gl.arange(0, C, layout=ddacs.type.layout), ddacs)
+    ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
+    tc = gl.arange(0, MT, layout=ddacs.type.layout)
+    gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < C)
 
 
 def supported(meta) -> bool:
-    """The shapes this kernel is written for: one warpgroup's 64 fused rows (C*R = 64), P = 64
-    (the increments' [P, NB] product fills the warpgroup's 64 rows), N a multiple of 32 up to
-    128 (whole k / q blocks of both N walks)."""
-    return meta.C * meta.R == 64 and meta.P == 64 and meta.N in (32, 64, 96, 128)
+    """The shapes this kernel is written for: C*R = 64 fused rows (a warpgroup's least) or 32 (run
+    on 64), P = 64 or 32 (the increments' [P, NB] product on 64 rows), N a multiple of 32 (whole
+    k / q blocks of both N walks)."""
+    return meta.C * meta.R in (32, 64) and meta.P in (32, 64) and meta.N % AUX_NB1 == 0
 
 
 AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
 
 
-def launch_aux(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, diag_blocks: bool = False,
-               increments: bool = False, **_ignored) -> None:
-    """stage7_streamaux.launch_aux's signature, for the configuration it is written for (PsiV
-    and dPhiO from the inputs, the diagonal weight blocks to GDB, the increments formed):
-    anything else is an error, not a silent change of what is computed."""
-    if not (inputs and diag_blocks and increments):
-        raise ValueError("the Gluon aux runs only with inputs, diag_blocks and increments (stage22's "
-                         f"configuration on its shapes); got inputs={inputs}, diag_blocks={diag_blocks}, "
-                         f"increments={increments}")
-    cr, N = meta.C * meta.R, meta.N
+def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
+               **_ignored) -> None:
+    """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
+    diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
+    inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
+    what is computed."""
+    if not (diag_blocks and increments):
+        raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
+                         f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
+    N = meta.N
     bwd_bwd_aux_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
-        row_blocks(s["QR"], N, [cr, AUX_NB1]), row_blocks(s["KR"], N, [cr, AUX_NB1]),
-        row_blocks(s["QR"], N, [cr, AUX_NB]), row_blocks(s["KR"], N, [cr, AUX_NB]),
+        row_blocks(s["QR"], N, [64, AUX_NB1]), row_blocks(s["KR"], N, [64, AUX_NB1]),
+        row_blocks(s["QR"], N, [64, AUX_NB]), row_blocks(s["KR"], N, [64, AUX_NB]),
         row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],

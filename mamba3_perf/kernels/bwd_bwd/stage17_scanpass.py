@@ -116,11 +116,13 @@ def splits_pass(meta) -> bool:
     return meta.C * meta.R >= 64 and meta.P >= 64
 
 
-def run_with(x: dict, out: dict, meta, *, aux_increments: bool = False, **kw) -> None:
+def run_with(x: dict, out: dict, meta, *, aux_increments: bool = False, split: bool | None = None,
+             **kw) -> None:
     """stage17's pipeline; ``aux_increments``: where the pass splits, the aux forms the
-    increments and only the scan is launched here (stage20); ``kw``: more
-    stage16_regcap.run_with keywords (stage18)."""
-    if not splits_pass(meta):
+    increments and only the scan is launched here (stage20); ``split``: whether the pass splits,
+    in place of :func:`splits_pass` (stage24); ``kw``: more stage16_regcap.run_with keywords
+    (stage18)."""
+    if not (splits_pass(meta) if split is None else split):
         stage16_regcap.run_with(x, out, meta, **kw)
     elif aux_increments:
         stage16_regcap.run_with(x, out, meta, state_pass=launch_scan, aux_increments=True, **kw)

@@ -7,14 +7,12 @@ products with the operands staged by hand (aux_gluon's docstring): k / q / state
 with the next in flight, the loop-invariant operands (dPhiO and the weighted scores, TF32 parts)
 in shared memory or registers once per chunk, every product on asynchronous wgmma. Where it
 applies (:func:`uses_gluon_aux`: a Hopper GPU, aux_gluon.supported, and stage22's aux
-configuration there: PsiV / dPhiO from the inputs, the diagonal weight blocks, the increments)
+configuration there: the diagonal weight blocks, the increments)
 this stage is stage23 with that kernel; elsewhere it is stage23.
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import (
-    stage10_fewscratch, stage13_diagpost, stage17_scanpass, stage20_auxinc, stage23_gluonterms,
-)
+from mamba3_perf.kernels.bwd_bwd import stage13_diagpost, stage20_auxinc, stage23_gluonterms
 from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, is_hopper
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -26,17 +24,21 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 def uses_gluon_aux(x: dict, meta) -> bool:
     """Whether this stage runs the Gluon aux on ``x``'s device for ``meta``: a Hopper GPU, a shape
-    aux_gluon is written for, and the aux configuration it implements (stage22's rules; 16-bit
-    inputs and cached states, where stage22 runs dQ's two products at one TF32 pass:
-    common.split_precisions' PQ)."""
+    aux_gluon is written for, 16-bit inputs and cached states (where stage22 runs dQ's two
+    products at one TF32 pass: common.split_precisions' PQ), and the aux configuration it
+    implements (the diagonal weight blocks: stage13's rule; the increments: stage20's rule, with
+    the state pass split into increments and scan wherever this aux runs, stage17's rule or not:
+    the increments cost this aux one product per N block)."""
     return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta)
             and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
-            and stage10_fewscratch.reads_inputs(meta) and stage13_diagpost.moves_diagonal(meta)
-            and stage17_scanpass.splits_pass(meta) and stage20_auxinc.forms_increments(meta))
+            and stage13_diagpost.moves_diagonal(meta) and stage20_auxinc.forms_increments(meta))
 
 
 def run(x: dict, out: dict, meta) -> None:
-    stage23_gluonterms.run_with(x, out, meta, aux=aux_gluon.launch_aux if uses_gluon_aux(x, meta) else None)
+    if uses_gluon_aux(x, meta):
+        stage23_gluonterms.run_with(x, out, meta, aux=aux_gluon.launch_aux, split=True)
+    else:
+        stage23_gluonterms.run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

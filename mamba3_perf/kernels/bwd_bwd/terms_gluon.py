@@ -42,8 +42,13 @@ def bwd_bwd_state_terms_gluon_kernel(
     num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
-    DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS."""
+    DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
+    products run on M = 64 rows, a warpgroup's least: where the chunk has C*R = 32 fused rows the
+    rows past them are zero (PsiV, ks) or another chunk's (k, dK: the TMA boxes run on), and
+    nothing of theirs is stored."""
     CR: gl.constexpr = C * R
+    M: gl.constexpr = 64
+    MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
     nc = S // C
     bhc = gl.program_id(0).to(gl.int64)
     bh = bhc // nc
@@ -59,28 +64,29 @@ def bwd_bwd_state_terms_gluon_kernel(
     AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
 
     # PsiV rows [CR, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
-    i_r = gl.arange(0, CR, layout=gl.SliceLayout(1, ROW))
+    i_r = gl.arange(0, M, layout=gl.SliceLayout(1, ROW))
     p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
     t_r = c * C + i_r // R
+    row_ok = (i_r < CR)[:, None]
     v_ptr = V + ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psi_ptr = MV + (h * R + (i_r % R)[:, None]) * P + p_r[None, :]
-    psiv_hi, psiv_lo = tf32_split(gl.load(v_ptr).to(gl.float32) * gl.load(psi_ptr))
-    PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CR, P], gl.float32)
-    psiv_hi_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_hi)
-    psiv_lo_s = gl.allocate_shared_memory(gl.float32, [CR, P], PS_L, psiv_lo)
+    psiv_hi, psiv_lo = tf32_split(gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32) * gl.load(psi_ptr))
+    PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)
+    psiv_hi_s = gl.allocate_shared_memory(gl.float32, [M, P], PS_L, psiv_hi)
+    psiv_lo_s = gl.allocate_shared_memory(gl.float32, [M, P], PS_L, psiv_lo)
 
     # per-row step scalars in the dK layout
-    i_k = gl.arange(0, CR, layout=gl.SliceLayout(1, MK))
+    i_k = gl.arange(0, M, layout=gl.SliceLayout(1, MK))
     n_k = gl.arange(0, BNB, layout=gl.SliceLayout(0, MK))
     t_k = c * C + i_k // R
-    ts = gl.load(TS_S + bh * S + t_k)
-    erev = gl.load(EREV_S + bh * S + t_k)
+    ts = gl.load(TS_S + bh * S + t_k, mask=i_k < CR, other=0.0)  # 0 past the chunk: ks rows 0
+    erev = gl.load(EREV_S + bh * S + t_k, mask=i_k < CR, other=0.0)
 
     # the two-slot TMA ring and the split dstates operands
     ds_buf = gl.allocate_shared_memory(gl.float32, [2, BNB, P], dst_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, BNB, P], st_desc.layout)
-    kr_buf = gl.allocate_shared_memory(gl.float32, [2, CR, BNB], kr_desc.layout)
-    dks_buf = gl.allocate_shared_memory(gl.float32, [2, CR, BNB], dks_desc.layout)
+    kr_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], kr_desc.layout)
+    dks_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], dks_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     mbarrier.init(bars.index(1), count=1)
@@ -96,9 +102,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
                  kr_buf.index(0), dks_buf.index(0), row_s, row_k, 0)
 
-    acc = gl.zeros([CR, P], gl.float32, MP)
-    acc_rev = gl.zeros([CR, BNB], gl.float32, MK)
-    acc_fac = gl.zeros([CR, BNB], gl.float32, MK)
+    acc = gl.zeros([M, P], gl.float32, MP)
+    acc_rev = gl.zeros([M, BNB], gl.float32, MK)
+    acc_fac = gl.zeros([M, BNB], gl.float32, MK)
     acc_dda = gl.zeros([BNB, P], gl.float32, ROW)
     NSTEPS: gl.constexpr = N // BNB
     for j in range(NSTEPS):
@@ -122,7 +128,7 @@ def bwd_bwd_state_terms_gluon_kernel(
         a_lo = gl.convert_layout(ks_lo, AK)
         fence_async_shared()
         cta_barrier()
-        dk = warpgroup_mma(psiv_lo_s, dsh_s.permute((1, 0)), gl.zeros([CR, BNB], gl.float32, MK),
+        dk = warpgroup_mma(psiv_lo_s, dsh_s.permute((1, 0)), gl.zeros([M, BNB], gl.float32, MK),
                            use_acc=False, is_async=True)
         dk = warpgroup_mma(psiv_hi_s, dsl_s.permute((1, 0)), dk, is_async=True)
         dk = warpgroup_mma(psiv_hi_s, dsh_s.permute((1, 0)), dk, is_async=True)
@@ -133,37 +139,42 @@ def bwd_bwd_state_terms_gluon_kernel(
         dks_in = dks_buf.index(slot).load(MK)
         dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
         dks = dks_in + dk * erev[:, None]
-        gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (j * BNB + n_k)[None, :], dks * ts[:, None])
+        gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (j * BNB + n_k)[None, :], dks * ts[:, None],
+                 mask=(i_k < CR)[:, None])
         acc_rev += ks * dk
         acc_fac += kr * dks
     mbarrier.invalidate(bars.index(0))
     mbarrier.invalidate(bars.index(1))
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
-    i_p = gl.arange(0, CR, layout=gl.SliceLayout(1, MP))
+    i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
-    erev_p = gl.load(EREV_S + bh * S + c * C + i_p // R)
-    dpsiv = gl.load(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :]) + acc * erev_p[:, None]
+    erev_p = gl.load(EREV_S + bh * S + c * C + i_p // R, mask=i_p < CR, other=0.0)
+    dpsiv = gl.load(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], mask=(i_p < CR)[:, None],
+                    other=0.0) + acc * erev_p[:, None]  # 0 past the chunk
     dpsiv = gl.convert_layout(dpsiv, ROW)
 
     # value side: DV[t] = sum_r dPsiV[t, r] mimo_v[r]; this chunk's DMIMO_V[r] = sum_t dPsiV[t, r] v[t]
-    dv = gl.sum(gl.reshape(dpsiv * gl.load(psi_ptr), [C, R, P]), axis=1)
-    t_v = gl.arange(0, C, layout=gl.SliceLayout(1, dv.type.layout))
+    dv = gl.sum(gl.reshape(dpsiv * gl.load(psi_ptr), [MT, R, P]), axis=1)
+    t_v = gl.arange(0, MT, layout=gl.SliceLayout(1, dv.type.layout))
     p_v = gl.arange(0, P, layout=gl.SliceLayout(0, dv.type.layout))
-    gl.store(DV + ((b * S + c * C + t_v[:, None]) * H + h) * P + p_v[None, :], dv.to(DV.dtype.element_ty))
-    dmv = gl.sum(gl.reshape(dpsiv * gl.load(v_ptr).to(gl.float32), [C, R, P]), axis=0)
+    gl.store(DV + ((b * S + c * C + t_v[:, None]) * H + h) * P + p_v[None, :], dv.to(DV.dtype.element_ty),
+             mask=(t_v < C)[:, None])
+    dmv = gl.sum(gl.reshape(dpsiv * gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32), [MT, R, P]), axis=0)
     r_m = gl.arange(0, R, layout=gl.SliceLayout(1, dmv.type.layout))
     p_m = gl.arange(0, P, layout=gl.SliceLayout(0, dmv.type.layout))
     gl.store(DMVP_S + (bhc * R + r_m[:, None]) * P + p_m[None, :], dmv)
 
     # the N sums, per step
-    ddacsrev = gl.sum(gl.reshape(gl.sum(acc_rev, axis=1), [C, R]), axis=1)
-    dfac = gl.sum(gl.reshape(gl.sum(acc_fac, axis=1), [C, R]), axis=1)
-    t_s = gl.arange(0, C, layout=ddacsrev.type.layout)
-    gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev)
-    gl.store(DFAC + bh * S + c * C + gl.arange(0, C, layout=dfac.type.layout), dfac)
+    ddacsrev = gl.sum(gl.reshape(gl.sum(acc_rev, axis=1), [MT, R]), axis=1)
+    dfac = gl.sum(gl.reshape(gl.sum(acc_fac, axis=1), [MT, R]), axis=1)
+    t_s = gl.arange(0, MT, layout=ddacsrev.type.layout)
+    gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev, mask=t_s < C)
+    t_f = gl.arange(0, MT, layout=dfac.type.layout)
+    gl.store(DFAC + bh * S + c * C + t_f, dfac, mask=t_f < C)
     dda = gl.load(DECAY_S + bhc) * gl.sum(gl.sum(acc_dda, axis=1), axis=0)
-    gl.store(DDA + bh * S + c * C + t_s, gl.full([C], 0.0, gl.float32, layout=ddacsrev.type.layout) + dda)
+    gl.store(DDA + bh * S + c * C + t_s, gl.full([MT], 0.0, gl.float32, layout=ddacsrev.type.layout) + dda,
+             mask=t_s < C)
 
 
 def block_rows(meta) -> int:
@@ -172,19 +183,19 @@ def block_rows(meta) -> int:
 
 
 def supported(meta) -> bool:
-    """The shapes this kernel is written for: one warpgroup's 64 fused rows (C*R = 64), P = 32
-    or 64 (the [64, P] dPsiV accumulator and PsiV parts; no column masks), N a multiple of
-    block_rows(meta) (whole TMA boxes and N walk steps)."""
-    return meta.C * meta.R == 64 and meta.P in (32, 64) and meta.N % block_rows(meta) == 0
+    """The shapes this kernel is written for: C*R = 64 fused rows (a warpgroup's least) or 32 (run
+    on 64), P = 32 or 64 (the [64, P] dPsiV accumulator and PsiV parts; no column masks), N a
+    multiple of block_rows(meta) (whole TMA boxes and N walk steps)."""
+    return meta.C * meta.R in (32, 64) and meta.P in (32, 64) and meta.N % block_rows(meta) == 0
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late."""
-    bnb, cr = block_rows(meta), meta.C * meta.R
+    bnb = block_rows(meta)
     bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
-        row_blocks(s["KR"], meta.N, [cr, bnb]), row_blocks(s["DKS"], meta.N, [cr, bnb]),
+        row_blocks(s["KR"], meta.N, [64, bnb]), row_blocks(s["DKS"], meta.N, [64, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H,
