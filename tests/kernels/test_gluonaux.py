@@ -22,8 +22,9 @@ H200_SMEM = 228 * 1024  # shared memory per SM
 @pytest.mark.parametrize("case_id,runs", [
     ("small-N32_P64_R4_C16", True), ("small-N64_P64_R4_C16", True), ("small-N128_P64_R4_C16", True),
     ("small-N128_P64_R8_C8", True), ("small-N128_P64_R2_C32", True), ("small-N128_P64_R1_C64", True),
-    ("small-N128_P32_R4_C16", True), ("small-N256_P64_R4_C8", True),  # P = 32, C*R = 32: run on 64 rows
-    ("small-N64_P128_R4_C16", False), ("small-N16_P64_R4_C8", False),  # P = 128; N = 16 < one 32-column block
+    ("small-N128_P32_R4_C16", True),  # P = 32: the increments run on 64 rows
+    ("small-N256_P64_R4_C8", False),  # C*R = 32: measured slower than stage22's aux (module docstring)
+    ("small-N64_P128_R4_C16", False), ("small-N16_P64_R4_C8", False),
 ])
 def test_gluon_aux_shapes(case_meta, case_id, runs):
     assert aux_gluon.supported(case_meta(case_id)) is runs
@@ -41,8 +42,7 @@ def test_gluon_aux_refuses_other_configurations(case_meta):
                              increments=False)
 
 
-@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (32, 64, 4, 16), (128, 64, 8, 8), (256, 64, 4, 8),
-                                   (128, 32, 4, 16)])
+@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (32, 64, 4, 16), (128, 64, 8, 8), (128, 32, 4, 16)])
 def test_gluon_aux_compiles_for_sm90(shape):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", "stage24_gluonaux",

@@ -278,10 +278,14 @@ def bwd_bwd_aux_gluon_kernel(
 
 
 def supported(meta) -> bool:
-    """The shapes this kernel is written for: C*R = 64 fused rows (a warpgroup's least) or 32 (run
-    on 64), P = 64 or 32 (the increments' [P, NB] product on 64 rows), N a multiple of 32 (whole
-    k / q blocks of both N walks)."""
-    return meta.C * meta.R in (32, 64) and meta.P in (32, 64) and meta.N % AUX_NB1 == 0
+    """The shapes this kernel runs on: C*R = 64 fused rows (a warpgroup's least), P = 64 or 32
+    (the increments' [P, NB] product on 64 rows), N a multiple of 32 (whole k / q blocks of both
+    N walks). The kernel also computes C*R = 32 on 64 rows (the padded rows' paths are written
+    and golden-checked on the H200: hopper set, hop-C8), but there it measured slower than
+    stage22's aux with its wave pass: on N256_P64_R4_C8 the Gluon aux took 3383 us and the scan
+    549 against 1866 us for the Triton aux and 772 for the wave pass
+    (records/profile-N256_P64_R4_C8-gluonaux-db00c95/aux-c32/), so C*R = 32 keeps stage22's."""
+    return meta.C * meta.R == 64 and meta.P in (32, 64) and meta.N % AUX_NB1 == 0
 
 
 AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
