@@ -9,37 +9,28 @@ import sys
 import pytest
 
 
-def _compile(stage, N, P, R, C, kernel):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", stage, str(N), str(P), str(R), str(C),
-                          "--kernel", kernel],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
-
-
 @pytest.mark.parametrize("stage", ["stage7_streamaux", "stage8_mixprec", "stage12_pipeaux"])
 @pytest.mark.parametrize("shape", [(64, 64, 4, 16), (128, 64, 1, 64), (64, 128, 4, 16)])
-def test_streamed_aux_has_no_n8_tf32_wgmma(stage, shape):
+def test_streamed_aux_has_no_n8_tf32_wgmma(compile_stage, stage, shape):
     """Triton 3.6+ reads past the shared operand of a TF32 wgmma with N = 8 (triton#10629):
     on the H200 the 8-warp streamed aux, whose [64, 16] results split into two warpgroups of
     8 columns, hit an illegal address at every C*R = 64 case. (The layouts are those of the
     Triton installed here; the H200 ran 3.6, whose layouts for this kernel are the same.)"""
-    aux = _compile(stage, *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
+    aux = compile_stage(stage, *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
     wgmma = [m["instr"] for m in aux["mma"] if m["version"] == 3]
     assert wgmma, "expected Hopper wgmma dots in the aux"
     assert all(n >= 16 for _, n, _ in wgmma), wgmma
     assert aux["shared"] <= 227 * 1024
 
 
-def test_pipelined_aux_buffers_its_loads():
+def test_pipelined_aux_buffers_its_loads(compile_stage):
     """stage12 launches the same aux kernel with 3 pipeline stages at P = 64 and 2 at P = 128,
     within the H200's 227 KB of shared memory. At P = 64 the next N blocks' loads get buffers of
     their own (more shared memory than stage11's unpipelined aux); at P = 128 the [C*R, 128]
     dot operands' buffers already set the kernel's peak (98 KB with Triton 3.6 and 3.9 alike)."""
     for shape, stages in (((64, 64, 4, 16), 3), ((64, 128, 4, 16), 2)):
-        base = _compile("stage11_steptrig", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
-        piped = _compile("stage12_pipeaux", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
+        base = compile_stage("stage11_steptrig", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
+        piped = compile_stage("stage12_pipeaux", *shape, "aux_streamed")["bwd_bwd_aux_streamed_kernel"]
         assert (base["num_stages"], piped["num_stages"]) == (1, stages)
         assert base["shared"] <= piped["shared"] <= 227 * 1024, (shape, base["shared"], piped["shared"])
         if stages == 3:
@@ -47,10 +38,10 @@ def test_pipelined_aux_buffers_its_loads():
 
 
 @pytest.mark.parametrize("shape", [(64, 64, 4, 16), (64, 128, 4, 16)])
-def test_narrow_state_terms_keep_wgmma_n16(shape):
+def test_narrow_state_terms_keep_wgmma_n16(compile_stage, shape):
     """stage9's state_terms on one warpgroup with 16-row N blocks: its [C*R, 16] dK products
     stay whole on that warpgroup (N = 16), and it fits the H200's shared memory."""
-    terms = _compile("stage9_termsblock", *shape, "state_terms")["bwd_bwd_state_terms_kernel"]
+    terms = compile_stage("stage9_termsblock", *shape, "state_terms")["bwd_bwd_state_terms_kernel"]
     assert terms["num_warps"] == 4
     wgmma = [m["instr"] for m in terms["mma"] if m["version"] == 3]
     assert wgmma and all(n >= 16 for _, n, _ in wgmma), wgmma

@@ -26,7 +26,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait,
 )
 
-from mamba3_perf.kernels.bwd_bwd.gluon_common import cta_barrier, row_blocks, tf32_split, tma_load
+from mamba3_perf.kernels.bwd_bwd.gluon_common import (
+    WG_ROWS, chunk_coords, cta_barrier, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+)
 
 
 @gluon.jit
@@ -61,18 +63,12 @@ def bwd_bwd_aux_gluon_kernel(
     DSSDA, DGAM, DDACS,
     DOUT, V, MV, MO,
     S, H,
-    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, NB1: gl.constexpr,
+    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
 ):
     CR: gl.constexpr = C * R
-    M: gl.constexpr = 64  # rows of every product: a warpgroup's least (C*R = 32 runs on 64)
     MT: gl.constexpr = M // R  # steps of the M rows
-    nc = S // C
-    bhc = gl.program_id(0).to(gl.int64)
-    bh = bhc // nc
-    b = bh // H
-    h = bh % H
-    c = bhc % nc
+    bhc, bh, b, h, c = chunk_coords(S, H, C)
     row_k = (bhc * CR).to(gl.int32)
     row_st = (bhc * N).to(gl.int32)
 
@@ -125,9 +121,7 @@ def bwd_bwd_aux_gluon_kernel(
     ts_r = gl.load(TS_S + bh * S + t_r, mask=in_r, other=0.0)
     q1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], q1_desc.layout)
     k1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], k1_desc.layout)
-    bar1 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bar1.index(0), count=1)
-    mbarrier.init(bar1.index(1), count=1)
+    bar1 = ring_barriers()
     QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], gl.float32)
     qh_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
     ql_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
@@ -152,8 +146,7 @@ def bwd_bwd_aux_gluon_kernel(
         lkq = _dot3(gl.convert_layout(ks_hi, AS), gl.convert_layout(ks_lo, AS), qh_s.permute((1, 0)),
                     ql_s.permute((1, 0)), acc, True)
     lkq = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))
-    mbarrier.invalidate(bar1.index(0))
-    mbarrier.invalidate(bar1.index(1))
+    release_ring(bar1)
 
     # ---------------------------------------------------------------- scores
     ti = i_s // R
@@ -226,9 +219,7 @@ def bwd_bwd_aux_gluon_kernel(
     q2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], q2_desc.layout)
     k2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, NB, P], st_desc.layout)
-    bar2 = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bar2.index(0), count=1)
-    mbarrier.init(bar2.index(1), count=1)
+    bar2 = ring_barriers()
     BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], gl.float32)
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], gl.float32)
     qth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
@@ -270,8 +261,7 @@ def bwd_bwd_aux_gluon_kernel(
         gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
                  mask=(i_b < CR)[:, None])
         acc_cs += qr_b * dq_raw
-    mbarrier.invalidate(bar2.index(0))
-    mbarrier.invalidate(bar2.index(1))
+    release_ring(bar2)
     ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
     tc = gl.arange(0, MT, layout=ddacs.type.layout)
     gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < C)
@@ -302,14 +292,14 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
     N = meta.N
     bwd_bwd_aux_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
-        row_blocks(s["QR"], N, [64, AUX_NB1]), row_blocks(s["KR"], N, [64, AUX_NB1]),
-        row_blocks(s["QR"], N, [64, AUX_NB]), row_blocks(s["KR"], N, [64, AUX_NB]),
+        row_blocks(s["QR"], N, [WG_ROWS, AUX_NB1]), row_blocks(s["KR"], N, [WG_ROWS, AUX_NB1]),
+        row_blocks(s["QR"], N, [WG_ROWS, AUX_NB]), row_blocks(s["KR"], N, [WG_ROWS, AUX_NB]),
         row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
         meta.S, meta.H,
-        N=N, P=meta.P, C=meta.C, R=meta.R, NB1=AUX_NB1, NB=AUX_NB, HAS_D=meta.has_d,
+        N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, HAS_D=meta.has_d,
         REDUCE_O=meta.reduce_o, num_warps=4,
     )

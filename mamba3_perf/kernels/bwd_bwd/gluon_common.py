@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # the TMA load: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
@@ -22,6 +22,34 @@ def tf32_split(x):
     bits = x.to(gl.uint32, bitcast=True)
     hi = ((bits + 0x1000) >> 13 << 13).to(gl.float32, bitcast=True)
     return hi, x - hi
+
+
+# rows of every wgmma product: a warpgroup's least (chunks of C*R = 32 fused rows run on 64)
+WG_ROWS = 64
+
+
+@gluon.jit
+def chunk_coords(S, H, C: gl.constexpr):
+    """(bhc, bh, b, h, c) of a program on a (B*H*nchunks) grid (common.chunk_coords in Gluon)."""
+    bhc = gl.program_id(0).to(gl.int64)
+    bh = bhc // (S // C)
+    return bhc, bh, bh // H, bh % H, bhc % (S // C)
+
+
+@gluon.jit
+def ring_barriers():
+    """The two mbarriers of a two-slot TMA ring (slot j % 2 for step j, waited with phase
+    (j // 2) % 2), initialized for one arrival each: the expect-tx of the step's copies."""
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=1)
+    mbarrier.init(bars.index(1), count=1)
+    return bars
+
+
+@gluon.jit
+def release_ring(bars):
+    mbarrier.invalidate(bars.index(0))
+    mbarrier.invalidate(bars.index(1))
 
 
 def row_blocks(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor:

@@ -35,10 +35,8 @@ def uses_gluon_aux(x: dict, meta) -> bool:
 
 
 def run(x: dict, out: dict, meta) -> None:
-    if uses_gluon_aux(x, meta):
-        stage23_gluonterms.run_with(x, out, meta, aux=aux_gluon.launch_aux, split=True)
-    else:
-        stage23_gluonterms.run_with(x, out, meta)
+    gluon = dict(aux=aux_gluon.launch_aux, split=True) if uses_gluon_aux(x, meta) else {}
+    stage23_gluonterms.run_with(x, out, meta, **gluon)
 
 
 STAGE = register_stage(StageSpec(

@@ -19,7 +19,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
 )
 
-from mamba3_perf.kernels.bwd_bwd.gluon_common import cta_barrier, row_blocks, tf32_split, tma_load
+from mamba3_perf.kernels.bwd_bwd.gluon_common import (
+    WG_ROWS, chunk_coords, cta_barrier, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+)
 
 
 @gluon.jit
@@ -38,7 +40,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
     V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
     S, H,
-    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, BNB: gl.constexpr,
+    N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
@@ -47,14 +49,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     rows past them are zero (PsiV, ks) or another chunk's (k, dK: the TMA boxes run on), and
     nothing of theirs is stored."""
     CR: gl.constexpr = C * R
-    M: gl.constexpr = 64
     MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
-    nc = S // C
-    bhc = gl.program_id(0).to(gl.int64)
-    bh = bhc // nc
-    b = bh // H
-    h = bh % H
-    c = bhc % nc
+    bhc, bh, b, h, c = chunk_coords(S, H, C)
 
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MK: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -87,9 +83,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, BNB, P], st_desc.layout)
     kr_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], kr_desc.layout)
     dks_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], dks_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bars.index(0), count=1)
-    mbarrier.init(bars.index(1), count=1)
+    bars = ring_barriers()
     DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
     DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], gl.float32)
     dsh_s = gl.allocate_shared_memory(gl.float32, [BNB, P], DSN_L)
@@ -143,8 +137,7 @@ def bwd_bwd_state_terms_gluon_kernel(
                  mask=(i_k < CR)[:, None])
         acc_rev += ks * dk
         acc_fac += kr * dks
-    mbarrier.invalidate(bars.index(0))
-    mbarrier.invalidate(bars.index(1))
+    release_ring(bars)
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
@@ -195,9 +188,9 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
     bnb = block_rows(meta)
     bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
-        row_blocks(s["KR"], meta.N, [64, bnb]), row_blocks(s["DKS"], meta.N, [64, bnb]),
+        row_blocks(s["KR"], meta.N, [WG_ROWS, bnb]), row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H,
-        N=meta.N, P=meta.P, C=meta.C, R=meta.R, BNB=bnb, num_warps=4,
+        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, num_warps=4,
     )
