@@ -10,6 +10,18 @@ registers, the six TF32 wgmma of a block issued asynchronously. Where it applies
 (:func:`uses_gluon`: a CUDA device of compute capability 9, and terms_gluon.supported) this
 stage is stage22 with that kernel; elsewhere (the interpreter, Ascend, other GPUs, other
 shapes) it is stage22.
+
+ptxas (Triton 3.6, N128_P64_R4_C16): 180 registers, no spills, 78 KB of shared memory, two
+programs per SM. Measured on the H200, state_terms alone, both stages in one process (`perf
+profile`, golden all passed; records/profile-gluonterms-3c7c395/, and N256 from
+records/profile-N256_P64_R4_C8-gluonaux-db00c95/), us:
+
+    N32_P64_R4_C16   454 -> 280     N128_P32_R4_C16  559 -> 359     N128_P64_R1_C64  280 -> 158
+    N64_P64_R4_C16   672 -> 388     N128_P64_R2_C32  558 -> 307     N256_P64_R4_C8  3262 -> 1904
+    N128_P64_R4_C16 1114 -> 609
+
+(N128_P64_R4_C16 end to end 3.529 -> 3.022 ms.) P = 128 is left to stage22: at 4 warps its
+[64, 128] PsiV parts and accumulator compile to 139 KB of shared memory, one program per SM.
 """
 from __future__ import annotations
 

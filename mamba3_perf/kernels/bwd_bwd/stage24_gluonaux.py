@@ -9,6 +9,18 @@ in shared memory or registers once per chunk, every product on asynchronous wgmm
 applies (:func:`uses_gluon_aux`: a Hopper GPU, aux_gluon.supported, and stage22's aux
 configuration there: the diagonal weight blocks, the increments)
 this stage is stage23 with that kernel; elsewhere it is stage23.
+
+ptxas (Triton 3.6, N128_P64_R4_C16): 255 registers, 84 B of spill stores (stage22's aux: 572),
+100 KB of shared memory, two programs per SM. Measured on the H200, the aux alone, stage23 and
+stage24 in one process (records/profile-gluonaux-e0b9914/): 1512 -> 1102 us on N128_P64_R4_C16,
+3052 -> 2162 on N128_P64_R8_C8, 425 -> 326 on N128_P64_R1_C64; on N256_P64_R4_C8 (C*R = 32,
+run on 64 rows) it lost, 3383 us with the split pass's scan at 549 against stage22's aux 1866
+and wave pass 772 (records/profile-N256_P64_R4_C8-gluonaux-db00c95/), so aux_gluon.supported
+takes C*R = 64 only. End to end, side by side with stage22 and live TileLang, one process per
+case (records/h200-gluonaux-vs-tilelang-db00c95.json, golden passed for both stages): 1.10x
+(N16_P64_R4_C8, stage23's kernel only) to 1.40x (N32_P64_R4_C16) over stage22, 1.286x in geomean
+over the seven official cases reached; against TileLang 0.84x (N32_P64_R4_C16: faster) to 1.39x
+slower (N128_P64_R2_C32), 1.137x slower in geomean there.
 """
 from __future__ import annotations
 
