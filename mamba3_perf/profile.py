@@ -256,6 +256,23 @@ def variants_of(stages: Sequence[str], backend, *, tilelang: bool) -> tuple[list
     return list(stages) + ([bench.TILELANG] if tl else []), tl
 
 
+def hopper_only_warning(variants: Sequence[str], device: str) -> str | None:
+    """A line for the stages among ``variants`` whose own kernels run on Hopper GPUs only, where
+    ``device`` is not one: there they launch their parent's kernels, so their rows measure the
+    parent again."""
+    from mamba3_perf.kernels.bwd_bwd.common import is_hopper
+    from mamba3_perf.kernels.checking import split_variant
+    from mamba3_perf.kernels.registry import get_stage
+
+    if is_hopper(device):
+        return None
+    names = [v for v in variants if v != bench.TILELANG and get_stage(split_variant(v)[0]).hopper_only]
+    if not names:
+        return None
+    return (f"{', '.join(names)}: Gluon kernels, which run on Hopper GPUs only; on {device} each stage here "
+            "launches its parent stage's kernels")
+
+
 def n_steps(n_variants: int, *, hw_metrics: bool) -> int:
     """Progress steps of :func:`profile_run`: measure, trace (and ncu) per variant."""
     return n_variants * (3 if hw_metrics else 2)
@@ -278,6 +295,8 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
     warnings: list[str] = []
     if hw_metrics and backend.name != "cuda":
         warnings.append(f"--hw-metrics: Nsight Compute needs CUDA; backend is {backend.name}")
+    if (hopper := hopper_only_warning(variants, backend.device)):
+        warnings.append(hopper)
     name = name or bench.default_run_name(f"profile-{case.id}")
     meta = bench.run_meta(backend, [case], variants, case=case.to_dict(), trace_iters=TRACE_ITERS[backend.name])
     with create_run(out_root, name, meta) as w:

@@ -46,6 +46,8 @@ class StageSpec:
     entry: Callable = field(compare=False, repr=False)
     kernels: tuple[KernelSpec, ...] = ()
     zero_outputs: bool = True  # False once every output is known to be fully written
+    # its own kernels (Gluon) run on Hopper GPUs only: elsewhere it launches its parent's
+    hopper_only: bool = False
 
     def tag_of(self, kernel_name: str) -> Tag | None:
         for k in self.kernels:

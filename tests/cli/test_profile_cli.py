@@ -29,6 +29,13 @@ def test_plain_profile_on_cpu_writes_one_complete_run(tmp_path):
         assert (run.path / f).exists(), f
 
 
+def test_hopper_only_stages_are_named_where_they_run_their_parents_kernels():
+    from mamba3_perf.profile import hopper_only_warning
+    line = hopper_only_warning(["stage22_lkqblock", "stage23_gluonterms", "stage24_gluonaux@tf32", "tilelang"], "cpu")
+    assert line.startswith("stage23_gluonterms, stage24_gluonaux@tf32: ") and "parent stage's kernels" in line
+    assert hopper_only_warning(["stage0", "stage22_lkqblock"], "cpu") is None
+
+
 def test_large_shape_on_cpu_is_refused_with_estimate(tmp_path, capsys):
     code = main(["profile", "--shape", "8,512,16,8", "--stages", "stage0", "--out", str(tmp_path)])
     assert code == 2

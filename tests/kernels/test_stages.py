@@ -13,7 +13,7 @@ STAGES = [s.name for s in list_stages()]
 CASE_IDS = [c.id for s in ("pairwise", "tail", "official-small") for c in cases(s)]
 # stages whose own kernels run on Hopper GPUs only (Gluon): elsewhere they run their parent's
 # kernels, which the parent's rows here check (their GPU checks: test_gluonterms, test_gluonaux)
-HOPPER_ONLY = {"stage23_gluonterms", "stage24_gluonaux"}
+HOPPER_ONLY = {s.name for s in list_stages() if s.hopper_only}
 
 
 @functools.lru_cache(maxsize=None)

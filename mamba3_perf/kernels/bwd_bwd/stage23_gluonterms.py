@@ -60,4 +60,5 @@ STAGE = register_stage(StageSpec(
     + (KernelSpec("bwd_bwd_state_terms_gluon_kernel", Tag.POST,
                   "dstates-dependent terms per chunk, Gluon: TMA ring, async wgmma"),),
     zero_outputs=False,
+    hopper_only=True,
 ))

@@ -61,4 +61,5 @@ STAGE = register_stage(StageSpec(
     + (KernelSpec("bwd_bwd_aux_gluon_kernel", Tag.AUX,
                   "rank-folded aux, Gluon: TMA rings, async wgmma"),),
     zero_outputs=False,
+    hopper_only=True,
 ))
