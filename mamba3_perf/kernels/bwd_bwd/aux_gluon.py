@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+    WG_ROWS, chunk_coords, cta_barrier, dot3, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -44,15 +44,6 @@ def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_s, row, row_st, col):
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(k_desc, [row, col], bar, k_s)
     tma_load(st_desc, [row_st + col, 0], bar, st_s)
-
-
-@gluon.jit
-def _dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
-    """acc (+)= a @ b as three asynchronous TF32 wgmma (lo.hi, hi.lo, hi.hi); b_* are [K, N]
-    shared-memory views, a_* registers or shared memory."""
-    acc = warpgroup_mma(a_lo, b_hi, acc, use_acc=use_acc, is_async=True)
-    acc = warpgroup_mma(a_hi, b_lo, acc, is_async=True)
-    return warpgroup_mma(a_hi, b_hi, acc, is_async=True)
 
 
 @gluon.jit
@@ -112,7 +103,7 @@ def bwd_bwd_aux_gluon_kernel(
     fence_async_shared()
     cta_barrier()
     # dkq = PsiV dPhiO^T [M(k), M(q)]: K = P
-    dkq = _dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
+    dkq = dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
                 dpl_s.permute((1, 0)), gl.zeros([M, M], gl.float32, MS), False)
 
     # ---------------------------------------------------------------- k.q^T over N
@@ -143,7 +134,7 @@ def bwd_bwd_aux_gluon_kernel(
         ql_s.store(q_lo)
         fence_async_shared()
         cta_barrier()
-        lkq = _dot3(gl.convert_layout(ks_hi, AS), gl.convert_layout(ks_lo, AS), qh_s.permute((1, 0)),
+        lkq = dot3(gl.convert_layout(ks_hi, AS), gl.convert_layout(ks_lo, AS), qh_s.permute((1, 0)),
                     ql_s.permute((1, 0)), acc, True)
     lkq = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))
     release_ring(bar1)
@@ -175,7 +166,7 @@ def bwd_bwd_aux_gluon_kernel(
     a_hi, a_lo = tf32_split(lkq * wt + gamma[:, None] * qkd)
     fence_async_shared()
     cta_barrier()
-    dpsiv = _dot3(gl.convert_layout(a_hi, AP), gl.convert_layout(a_lo, AP), dpth_s.permute((1, 0)),
+    dpsiv = dot3(gl.convert_layout(a_hi, AP), gl.convert_layout(a_lo, AP), dpth_s.permute((1, 0)),
                   dptl_s.permute((1, 0)), gl.zeros([M, P], gl.float32, MP), False)
     # waited at once: the shared memory of what follows (reductions' and layout conversions'
     # scratch, later buffers) may be placed over dpth_s / dptl_s, which the compiler counts free
@@ -203,9 +194,8 @@ def bwd_bwd_aux_gluon_kernel(
     # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on M rows (those past P zero)
     ecs_r = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
     de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
-    MM_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
-    deh_s = gl.allocate_shared_memory(gl.float32, [M, M], MM_L)
-    del_s = gl.allocate_shared_memory(gl.float32, [M, M], MM_L)
+    deh_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L)
+    del_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L)
     deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
     del_s.slice(0, P, dim=0).store(gl.permute(de_lo, (1, 0)))
     if P < M:
@@ -245,9 +235,9 @@ def bwd_bwd_aux_gluon_kernel(
         st_s.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
         fence_async_shared()
         cta_barrier()
-        inc = _dot3(deh_s, del_s, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
+        inc = dot3(deh_s, del_s, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
-        dks = _dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
+        dks = dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
         dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                             use_acc=False, is_async=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # the TMA load: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
@@ -22,6 +22,16 @@ def tf32_split(x):
     bits = x.to(gl.uint32, bitcast=True)
     hi = ((bits + 0x1000) >> 13 << 13).to(gl.float32, bitcast=True)
     return hi, x - hi
+
+
+@gluon.jit
+def dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
+    """acc (+)= a @ b as three asynchronous TF32 wgmma (lo.hi, hi.lo, hi.hi: tf32x3 in
+    common.fdot's order); b_* are [K, N] shared-memory views, a_* registers or shared memory.
+    The caller waits (warpgroup_mma_wait) before reading acc or reusing the operands' memory."""
+    acc = warpgroup_mma(a_lo, b_hi, acc, use_acc=use_acc, is_async=True)
+    acc = warpgroup_mma(a_hi, b_lo, acc, is_async=True)
+    return warpgroup_mma(a_hi, b_hi, acc, is_async=True)
 
 
 # rows of every wgmma product: a warpgroup's least (chunks of C*R = 32 fused rows run on 64)

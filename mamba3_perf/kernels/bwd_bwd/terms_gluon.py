@@ -16,11 +16,11 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
+    fence_async_shared, mbarrier, warpgroup_mma_wait,
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+    WG_ROWS, chunk_coords, cta_barrier, dot3, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -122,13 +122,9 @@ def bwd_bwd_state_terms_gluon_kernel(
         a_lo = gl.convert_layout(ks_lo, AK)
         fence_async_shared()
         cta_barrier()
-        dk = warpgroup_mma(psiv_lo_s, dsh_s.permute((1, 0)), gl.zeros([M, BNB], gl.float32, MK),
-                           use_acc=False, is_async=True)
-        dk = warpgroup_mma(psiv_hi_s, dsl_s.permute((1, 0)), dk, is_async=True)
-        dk = warpgroup_mma(psiv_hi_s, dsh_s.permute((1, 0)), dk, is_async=True)
-        acc = warpgroup_mma(a_lo, dsth_s.permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma(a_hi, dstl_s.permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma(a_hi, dsth_s.permute((1, 0)), acc, is_async=True)
+        dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.permute((1, 0)), dsl_s.permute((1, 0)),
+                  gl.zeros([M, BNB], gl.float32, MK), False)
+        acc = dot3(a_hi, a_lo, dsth_s.permute((1, 0)), dstl_s.permute((1, 0)), acc, True)
         acc_dda += st_buf.index(slot).load(ROW).to(gl.float32) * ds
         dks_in = dks_buf.index(slot).load(MK)
         dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
