@@ -34,6 +34,7 @@ TARGETS = {
     "stream": ("mamba3_perf.kernels.bwd_bwd.stage7_streamaux", "STREAM_LAUNCH"),
     "terms": ("mamba3_perf.kernels.bwd_bwd.stage9_termsblock", "LAUNCH"),
     "pass": ("mamba3_perf.kernels.bwd_bwd.stage6_statepass", "PASS_LAUNCH"),
+    "gluon_terms": ("mamba3_perf.kernels.bwd_bwd.terms_gluon", "LAUNCH"),
 }
 
 

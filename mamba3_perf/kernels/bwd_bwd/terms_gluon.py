@@ -52,11 +52,13 @@ def bwd_bwd_state_terms_gluon_kernel(
     MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
     bhc, bh, b, h, c = chunk_coords(S, H, C)
 
+    # one warpgroup per WN column slice of each product (4 warps: one warpgroup, whole rows)
+    WN: gl.constexpr = num_warps // 4
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
-    MK: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, BNB, 8])
-    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, P, 8])
+    MK: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
+                                                 instr_shape=[16, BNB // WN, 8])
+    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
+                                                 instr_shape=[16, P // WN, 8])
     AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
 
     # PsiV rows [CR, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
@@ -166,16 +168,27 @@ def bwd_bwd_state_terms_gluon_kernel(
              mask=t_s < C)
 
 
+# launch options in place of :func:`warps`' rule where set (benchmarks/sweep_launch.py's
+# ``gluon_terms`` target sets num_warps; num_stages does not apply)
+LAUNCH: dict = {}
+
+
+def warps(meta) -> int:
+    """Warps per program: 4 (one warpgroup), or 8 (two, each on half the columns of both
+    products)."""
+    return LAUNCH.get("num_warps") or 4
+
+
 def block_rows(meta) -> int:
-    """BNB: N rows per step of the N walk."""
-    return 16
+    """BNB: N rows per step of the N walk, 16 columns of dK per warpgroup."""
+    return 16 * warps(meta) // 4
 
 
 def supported(meta) -> bool:
     """The shapes this kernel is written for: C*R = 64 fused rows (a warpgroup's least) or 32 (run
-    on 64), P = 32 or 64 (the [64, P] dPsiV accumulator and PsiV parts; no column masks), N a
-    multiple of block_rows(meta) (whole TMA boxes and N walk steps)."""
-    return meta.C * meta.R in (32, 64) and meta.P in (32, 64) and meta.N % block_rows(meta) == 0
+    on 64), P = 32, 64 or 128 (the [64, P] dPsiV accumulator and PsiV parts; no column masks), N
+    a multiple of block_rows(meta) (whole TMA boxes and N walk steps)."""
+    return meta.C * meta.R in (32, 64) and meta.P in (32, 64, 128) and meta.N % block_rows(meta) == 0
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
@@ -188,5 +201,5 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         meta.S, meta.H,
-        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, num_warps=4,
+        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, num_warps=warps(meta),
     )
