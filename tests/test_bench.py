@@ -234,6 +234,8 @@ def test_sweep_launch_targets_are_the_kernels_launch_dicts():
     assert mod["launch_dict"]("stream") is stage7_streamaux.STREAM_LAUNCH
     assert mod["launch_dict"]("terms") is stage9_termsblock.LAUNCH
     assert mod["launch_dict"]("pass") is stage6_statepass.PASS_LAUNCH
+    from mamba3_perf.kernels.bwd_bwd import terms_gluon
+    assert mod["launch_dict"]("gluon_terms") is terms_gluon.LAUNCH
     assert mod["parse_sweeps"](["stream=4:1,4:3:168", "pass=4:3"]) == [
         ("stream", [(4, 1, None), (4, 3, 168)]), ("pass", [(4, 3, None)])]
     for bad in ("aux=4:1", "stream=4", "stream=4:1:2:3", "stream=four:1"):
@@ -248,3 +250,27 @@ def test_sweep_launch_targets_are_the_kernels_launch_dicts():
             assert stage7_streamaux.STREAM_LAUNCH == dict(before, num_warps=8, num_stages=2)
             raise RuntimeError("does not launch")
     assert stage7_streamaux.STREAM_LAUNCH == before
+
+
+def test_sweep_knob_sets_module_attributes_and_restores_them(monkeypatch):
+    """benchmarks/sweep_knob.py sets the module attributes a stage's rule reads, every
+    combination, and gives the old values back even where a combination fails."""
+    import runpy
+
+    from mamba3_perf.kernels.bwd_bwd import stage16_regcap, stage25_subpost
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench_dir))
+    mod = runpy.run_path(str(bench_dir / "sweep_knob.py"))
+    knobs = mod["parse_knobs"](["stage25_subpost.STEPS=8,none", "stage16_regcap.PRE_CAP=128"])
+    assert [(m, a, v) for m, a, v in knobs] == [(stage25_subpost, "STEPS", [8, None]),
+                                               (stage16_regcap, "PRE_CAP", [128])]
+    for bad in ("stage25_subpost.NOPE=1", "nomodule.X=1", "stage25_subpost.STEPS=eight", "STEPS=1"):
+        with pytest.raises(SystemExit, match="--knob"):
+            mod["parse_knobs"]([bad])
+    cap = stage16_regcap.PRE_CAP
+    with pytest.raises(RuntimeError):
+        with mod["knobs_set"](knobs, (4, None)):
+            assert stage25_subpost.STEPS == 4 and stage16_regcap.PRE_CAP is None
+            raise RuntimeError("does not launch")
+    assert stage25_subpost.STEPS is None and stage16_regcap.PRE_CAP == cap

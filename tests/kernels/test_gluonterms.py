@@ -1,6 +1,7 @@
 """stage23_gluonterms: which shapes its Gluon state_terms takes, and that the kernel compiles
-for the H200 (sm_90) on this machine within two programs' shared memory per SM (the stage
-against the golden on a Hopper GPU: test_gluonaux.py, with stage24)."""
+for the H200 (sm_90) on this machine within two programs' shared memory per SM where P <= 64
+(one at P = 128) (the stage against the golden on a Hopper GPU: test_gluonaux.py, with
+stage24)."""
 import pytest
 
 from mamba3_perf.kernels import get_case, make_inputs
@@ -13,10 +14,21 @@ H200_SMEM = 228 * 1024  # shared memory per SM
     ("small-N32_P64_R4_C16", True), ("small-N128_P64_R4_C16", True), ("small-N128_P32_R4_C16", True),
     ("small-N128_P64_R8_C8", True), ("small-N128_P64_R1_C64", True),
     ("small-N16_P64_R4_C8", True), ("small-N256_P64_R4_C8", True),  # C*R = 32, run on 64 rows
-    ("small-N64_P128_R4_C16", False), ("small-N128_P128_R4_C8", False),  # P = 128
+    ("small-N64_P128_R4_C16", True), ("small-N128_P128_R4_C8", True),  # P = 128: one program per SM
+    ("edge-P24", False), ("edge-N48", True),  # P not 32 / 64 / 128; N = 48: three 16-row steps
 ])
 def test_gluon_terms_shapes(case_meta, case_id, runs):
     assert terms_gluon.supported(case_meta(case_id)) is runs
+
+
+def test_gluon_terms_eight_warps_walk_32_rows(case_meta, monkeypatch):
+    """The swept 8-warp launch (benchmarks/sweep_launch.py, gluon_terms target): two warpgroups,
+    each on 16 of a step's 32 N rows, so N must be a multiple of 32."""
+    monkeypatch.setitem(terms_gluon.LAUNCH, "num_warps", 8)
+    assert terms_gluon.block_rows(case_meta("small-N64_P128_R4_C16")) == 32
+    assert not terms_gluon.supported(case_meta("edge-N48"))
+    monkeypatch.delitem(terms_gluon.LAUNCH, "num_warps")
+    assert terms_gluon.block_rows(case_meta("small-N64_P128_R4_C16")) == 16
 
 
 def test_gluon_terms_only_on_hopper(case_meta):
@@ -24,10 +36,12 @@ def test_gluon_terms_only_on_hopper(case_meta):
     assert not stage23_gluonterms.uses_gluon(x, case_meta("small-N64_P64_R4_C16"))  # CPU tensors
 
 
-@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (32, 64, 4, 16), (128, 32, 4, 16), (256, 64, 4, 8)])
+@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (32, 64, 4, 16), (128, 32, 4, 16), (256, 64, 4, 8),
+                                   (64, 128, 4, 16)])
 def test_gluon_terms_compile_for_sm90(compile_stage, shape):
     k = compile_stage("stage23_gluonterms", *shape, "state_terms")["bwd_bwd_state_terms_gluon_kernel"]
     assert k["num_warps"] == 4
-    assert 2 * k["shared"] <= H200_SMEM, k["shared"]
+    programs = 2 if shape[1] <= 64 else 1  # per SM
+    assert programs * k["shared"] <= H200_SMEM, k["shared"]
     wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
     assert wgmma == sorted({(16, 16, 8), (16, shape[1], 8)}), wgmma  # dK_raw's 16 columns, dPsiV's P

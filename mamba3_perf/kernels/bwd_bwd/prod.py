@@ -6,6 +6,8 @@ that is what lets prod run at N=256, where the [N, N] permutation operand of the
 finish needs 256 KB of shared memory."""
 from __future__ import annotations
 
+import dataclasses
+
 import triton
 import triton.language as tl
 
@@ -85,12 +87,20 @@ def bwd_bwd_post_kernel(
 
 
 def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None,
-                diag_blocks: bool | None = None, launch: dict | None = None) -> None:
+                diag_blocks: bool | None = None, launch: dict | None = None, steps: int | None = None) -> None:
     """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10);
     ``kernel``: another post kernel of the same signature (stage11); ``diag_blocks``: for a
     kernel that also takes GDB_S and DIAG_BLOCKS (stage11's), whether it forms the diagonal
     terms from s["GDB"] (stage13); ``launch``: its launch options (default CHUNK_LAUNCH;
-    stage18)."""
+    stage18); ``steps``: time steps per program, a divisor of the chunk size (default: the whole
+    chunk; stage25). Every post kernel reads per-step rows only (each step's C*R fused rows of the
+    scratch, its angles, its diagonal weight block), and a chunk's rows are contiguous in every
+    scratch buffer, so launching it with C = ``steps`` (and that many more programs) splits each
+    chunk into sub-chunks with nothing else changed."""
+    if steps is not None and steps != meta.C:
+        if steps < 1 or meta.C % steps or steps & (steps - 1):
+            raise ValueError(f"post kernel steps per program: {steps} is not a power-of-two divisor of C = {meta.C}")
+        meta = dataclasses.replace(meta, C=steps)
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
                                                 DIAG_BLOCKS=diag_blocks)

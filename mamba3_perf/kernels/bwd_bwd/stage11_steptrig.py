@@ -174,12 +174,14 @@ def bwd_bwd_post_steptrig_kernel(
 
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
-             post_launch: dict | None = None, pre_kernel=None, post_kernel=None, **kw) -> None:
+             post_launch: dict | None = None, pre_kernel=None, post_kernel=None, post_steps: int | None = None,
+             **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
     ``pre_kernel`` / ``post_kernel``: other pre / post kernels of this stage's signatures
-    (stage21); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
+    (stage21); ``post_steps``: the post kernel's time steps per program (prod.launch_post's
+    ``steps``; stage25); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
@@ -188,7 +190,7 @@ def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms:
                                                     launch=pre_launch),
                               post=functools.partial(prod.launch_post,
                                                      kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
-                                                     diag_blocks=False, launch=post_launch),
+                                                     diag_blocks=False, launch=post_launch, steps=post_steps),
                               **kw)
 
 

@@ -43,8 +43,10 @@ def widens(meta) -> bool:
 
 
 def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage18's pipeline; ``kw``: more stage17_scanpass.run_with keywords (stage20)."""
-    stage17_scanpass.run_with(x, out, meta, post_launch=WIDE_LAUNCH if widens(meta) else None, **kw)
+    """stage18's pipeline; ``kw``: more stage17_scanpass.run_with keywords (stage20), a
+    ``post_launch`` among them in place of this stage's (stage25)."""
+    kw.setdefault("post_launch", WIDE_LAUNCH if widens(meta) else None)
+    stage17_scanpass.run_with(x, out, meta, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

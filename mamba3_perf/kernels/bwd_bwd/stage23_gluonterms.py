@@ -20,8 +20,14 @@ records/profile-N256_P64_R4_C8-gluonaux-db00c95/), us:
     N64_P64_R4_C16   672 -> 388     N128_P64_R2_C32  558 -> 307     N256_P64_R4_C8  3262 -> 1904
     N128_P64_R4_C16 1114 -> 609
 
-(N128_P64_R4_C16 end to end 3.529 -> 3.022 ms.) P = 128 is left to stage22: at 4 warps its
-[64, 128] PsiV parts and accumulator compile to 139 KB of shared memory, one program per SM.
+(N128_P64_R4_C16 end to end 3.529 -> 3.022 ms.) At P = 128 its [64, 128] PsiV parts and
+accumulator take 139 KB of shared memory (232 registers, no spills): one program per SM, and still
+faster than stage22's (255 registers, 552 B of spills), same process again
+(records/profile-P128-gluonterms-9449fa2/): 1554 -> 865 us on N64_P128_R4_C16 (end to end 4.79 ->
+4.10 ms), 3105 -> 2419 on N128_P128_R4_C8 (C*R = 32: half the rows padding; 6.95 -> 6.23 ms).
+Two warpgroups per program (8 warps, 32 N rows a step, each warpgroup on half the columns: 221 KB)
+measured slower there, 989 and 2674 us (records/h200-sweep-gluonterms-9449fa2.json), so
+terms_gluon.warps stays 4.
 """
 from __future__ import annotations
 

@@ -46,9 +46,14 @@ def uses_gluon_aux(x: dict, meta) -> bool:
             and stage13_diagpost.moves_diagonal(meta) and stage20_auxinc.forms_increments(meta))
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **kw) -> None:
+    """stage24's pipeline; ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
     gluon = dict(aux=aux_gluon.launch_aux, split=True) if uses_gluon_aux(x, meta) else {}
-    stage23_gluonterms.run_with(x, out, meta, **gluon)
+    stage23_gluonterms.run_with(x, out, meta, **gluon, **kw)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

@@ -1,0 +1,111 @@
+"""Sweep module-level knobs of the kernels (a stage's rule overrides, register caps) over their
+values, per case: golden check, do_bench time and per-kernel device times of one stage
+(sweep_launch.measure), every combination in one process. Launch dicts (num_warps / num_stages)
+are sweep_launch.py's; this is for the plain module attributes a rule reads.
+
+    python benchmarks/sweep_knob.py --cases N128_P64_R4_C16 --stage stage25_subpost \\
+        --knob stage25_subpost.STEPS=16,8,4 --knob stage25_subpost.WARPS=none,8,4 --json rec.json
+    python benchmarks/sweep_knob.py --cases N256_P64_R4_C8 --stage stage24_gluonaux \\
+        --knob stage16_regcap.PRE_CAP=128,none,128 --json rec.json
+
+A knob is MODULE.ATTR with MODULE under mamba3_perf.kernels.bwd_bwd; values are integers or
+``none``. ``--warm`` compiles every combination into TRITON_CACHE_DIR for the H200 on a machine
+without a GPU, so the device run starts from binaries.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import itertools
+import json
+
+from sweep_launch import measure
+
+PACKAGE = "mamba3_perf.kernels.bwd_bwd"
+
+
+def parse_knobs(specs: list[str]) -> list[tuple[object, str, list[int | None]]]:
+    """``MODULE.ATTR=v,...`` strings -> [(module, attr, values)]; a bad spec exits with its reason."""
+    out = []
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        module, _, attr = name.rpartition(".")
+        try:
+            mod = importlib.import_module(f"{PACKAGE}.{module}")
+            vals = [None if v.strip().lower() == "none" else int(v) for v in values.split(",")]
+        except (ImportError, ValueError) as e:
+            raise SystemExit(f"--knob {spec!r}: {e}") from None
+        if not attr or not hasattr(mod, attr) or not values:
+            raise SystemExit(f"--knob {spec!r}: expected MODULE.ATTR=v,... naming an attribute of {PACKAGE}.MODULE")
+        out.append((mod, attr, vals))
+    return out
+
+
+@contextlib.contextmanager
+def knobs_set(knobs, values):
+    """The knobs set to ``values`` inside, restored on the way out."""
+    saved = [getattr(mod, attr) for mod, attr, _ in knobs]
+    try:
+        for (mod, attr, _), v in zip(knobs, values):
+            setattr(mod, attr, v)
+        yield
+    finally:
+        for (mod, attr, _), v in zip(knobs, saved):
+            setattr(mod, attr, v)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", required=True)
+    ap.add_argument("--stage", required=True)
+    ap.add_argument("--knob", action="append", required=True, metavar="MODULE.ATTR=v,...")
+    ap.add_argument("--json", default=None, help="the record (required unless --warm)")
+    ap.add_argument("--warm", action="store_true", help="compile every combination into TRITON_CACHE_DIR here")
+    a = ap.parse_args(argv)
+    knobs = parse_knobs(a.knob)
+    if not a.warm and not a.json:
+        ap.error("--json is required unless --warm")
+    names = [f"{mod.__name__.rsplit('.', 1)[1]}.{attr}" for mod, attr, _ in knobs]
+    combos = list(itertools.product(*[vals for _, _, vals in knobs]))
+
+    from mamba3_perf import bench
+
+    cases = bench.select_cases(a.cases)
+    if a.warm:
+        from mamba3_perf.kernels.codegen import warm_cache
+
+        for case in cases:
+            for values in dict.fromkeys(combos):
+                with knobs_set(knobs, values):
+                    warm_cache(a.stage, case, log=lambda s: print(values, s, flush=True))
+        return
+
+    from mamba3_perf import backend as be
+    from mamba3_perf.kernels.checking import oracles
+    from mamba3_perf.runs import collect_environment, write_text_atomic
+
+    bk = be.resolve("auto")
+    rows = []
+    for case in cases:
+        x = bench.prepare(case, device=bk.device)
+        golden, ref = oracles(x, case)
+        fn = bench.variant_runner(a.stage, case, x)
+        for values in combos:
+            row = {"case_id": case.id, "stage": a.stage, "knobs": dict(zip(names, values))}
+            try:
+                with knobs_set(knobs, values):
+                    row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
+            except Exception as e:  # a combination that does not compile or launch is a result
+                row.update(status="not runnable", reason=bench.first_line(e))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        del x, golden, ref
+        bench._free(bk.device)
+    rec = {"meta": {**collect_environment(), "command": "python benchmarks/sweep_knob.py "
+                    + " ".join(argv or __import__("sys").argv[1:])}, "rows": rows}
+    write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
