@@ -3,8 +3,8 @@ values, per case: golden check, do_bench time and per-kernel device times of one
 (sweep_launch.measure), every combination in one process. Launch dicts (num_warps / num_stages)
 are sweep_launch.py's; this is for the plain module attributes a rule reads.
 
-    python benchmarks/sweep_knob.py --cases N128_P64_R4_C16 --stage stage25_subpost \\
-        --knob stage25_subpost.STEPS=16,8,4 --knob stage25_subpost.WARPS=none,8,4 --json rec.json
+    python benchmarks/sweep_knob.py --cases N128_P64_R4_C16 --stage stage25_subchunk \\
+        --knob stage25_subchunk.POST_STEPS=16,8,4 --knob stage25_subchunk.POST_WARPS=none,8,4 --json rec.json
     python benchmarks/sweep_knob.py --cases N256_P64_R4_C8 --stage stage24_gluonaux \\
         --knob stage16_regcap.PRE_CAP=128,none,128 --json rec.json
 

@@ -257,20 +257,20 @@ def test_sweep_knob_sets_module_attributes_and_restores_them(monkeypatch):
     combination, and gives the old values back even where a combination fails."""
     import runpy
 
-    from mamba3_perf.kernels.bwd_bwd import stage16_regcap, stage25_subpost
+    from mamba3_perf.kernels.bwd_bwd import stage16_regcap, stage25_subchunk
 
     bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench_dir))
     mod = runpy.run_path(str(bench_dir / "sweep_knob.py"))
-    knobs = mod["parse_knobs"](["stage25_subpost.STEPS=8,none", "stage16_regcap.PRE_CAP=128"])
-    assert [(m, a, v) for m, a, v in knobs] == [(stage25_subpost, "STEPS", [8, None]),
+    knobs = mod["parse_knobs"](["stage25_subchunk.POST_STEPS=8,none", "stage16_regcap.PRE_CAP=128"])
+    assert [(m, a, v) for m, a, v in knobs] == [(stage25_subchunk, "POST_STEPS", [8, None]),
                                                (stage16_regcap, "PRE_CAP", [128])]
-    for bad in ("stage25_subpost.NOPE=1", "nomodule.X=1", "stage25_subpost.STEPS=eight", "STEPS=1"):
+    for bad in ("stage25_subchunk.NOPE=1", "nomodule.X=1", "stage25_subchunk.POST_STEPS=eight", "STEPS=1"):
         with pytest.raises(SystemExit, match="--knob"):
             mod["parse_knobs"]([bad])
     cap = stage16_regcap.PRE_CAP
     with pytest.raises(RuntimeError):
         with mod["knobs_set"](knobs, (4, None)):
-            assert stage25_subpost.STEPS == 4 and stage16_regcap.PRE_CAP is None
+            assert stage25_subchunk.POST_STEPS == 4 and stage16_regcap.PRE_CAP is None
             raise RuntimeError("does not launch")
-    assert stage25_subpost.STEPS is None and stage16_regcap.PRE_CAP == cap
+    assert stage25_subchunk.POST_STEPS is None and stage16_regcap.PRE_CAP == cap

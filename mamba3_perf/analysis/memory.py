@@ -156,7 +156,7 @@ STAGE_BUFFERS["stage23_gluonterms"] = STAGE_BUFFERS["stage22_lkqblock"]
 # stage24's Gluon aux stages its loop-invariant operands in shared memory, not more registers
 STAGE_BUFFERS["stage24_gluonaux"] = STAGE_BUFFERS["stage23_gluonterms"]
 # stage25 runs the post kernel on fewer steps per program: no buffer larger than stage24's
-STAGE_BUFFERS["stage25_subpost"] = STAGE_BUFFERS["stage24_gluonaux"]
+STAGE_BUFFERS["stage25_subchunk"] = STAGE_BUFFERS["stage24_gluonaux"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -25,4 +25,4 @@ from mamba3_perf.kernels.bwd_bwd import stage21_halves  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage22_lkqblock  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux  # noqa: F401
-from mamba3_perf.kernels.bwd_bwd import stage25_subpost  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage25_subchunk  # noqa: F401

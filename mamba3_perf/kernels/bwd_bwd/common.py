@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 
 import torch
 import triton
@@ -260,11 +261,24 @@ def store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, ERE
                         bh, bhc, c, tc, S, C: tl.constexpr):
     """The pre kernel's per-step and per-chunk scratch: gamma, trap_scale, exp(da_cs),
     exp(da_cs_rev) [C]; the masked decay matrix [C(k), C(q)]; the chunk decay."""
-    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, c * C + tc, S)
-    tl.store(GAM_S + bh * S + c * C + tc, gamma)
-    tl.store(TS_S + bh * S + c * C + tc, ts)
-    tl.store(ECS_S + bh * S + c * C + tc, ecs)
-    tl.store(EREV_S + bh * S + c * C + tc, erev)
+    store_step_scalars(DT, TRAP, DACS, DACSREV, GAM_S, TS_S, ECS_S, EREV_S, bh, c * C + tc, S)
+    store_chunk_decay(DACS, SEGSUM, WT_S, DECAY_S, bh, bhc, c, S, C)
+
+
+@triton.jit
+def store_step_scalars(DT, TRAP, DACS, DACSREV, GAM_S, TS_S, ECS_S, EREV_S, bh, tpos, S):
+    """gamma, trap_scale, exp(da_cs), exp(da_cs_rev) of the steps at positions ``tpos``."""
+    gamma, ts, ecs, erev = step_scalars(DT, TRAP, DACS, DACSREV, bh, tpos, S)
+    tl.store(GAM_S + bh * S + tpos, gamma)
+    tl.store(TS_S + bh * S + tpos, ts)
+    tl.store(ECS_S + bh * S + tpos, ecs)
+    tl.store(EREV_S + bh * S + tpos, erev)
+
+
+@triton.jit
+def store_chunk_decay(DACS, SEGSUM, WT_S, DECAY_S, bh, bhc, c, S, C: tl.constexpr):
+    """Chunk ``c``'s (program ``bhc``'s) masked decay matrix [C(k), C(q)] and its decay."""
+    tc = tl.arange(0, C)
     tl.store(WT_S + (bhc * C + tc[:, None]) * C + tc[None, :], wt_from_segsum(SEGSUM, bhc, tc, C))
     tl.store(DECAY_S + bhc, tl.exp(tl.load(DACS + bh * S + c * C + C - 1)))
 
@@ -540,6 +554,15 @@ def chunk_coords(H, nc):
     bhc = tl.program_id(0).to(tl.int64)
     bh = bhc // nc
     return bh // H, bh % H, bhc % nc, bh, bhc
+
+
+def sub_chunk(meta, steps: int):
+    """``meta`` with C = ``steps``, a power-of-two divisor of its chunk size: what a per-chunk
+    kernel that reads and writes per-step rows only is launched with to run on sub-chunks (one
+    program per ``steps`` steps; a chunk's rows are contiguous in every per-row scratch buffer)."""
+    if steps < 1 or meta.C % steps or steps & (steps - 1):
+        raise ValueError(f"steps per program: {steps} is not a power-of-two divisor of C = {meta.C}")
+    return dataclasses.replace(meta, C=steps)
 
 
 @triton.jit

@@ -6,8 +6,6 @@ that is what lets prod run at N=256, where the [N, N] permutation operand of the
 finish needs 256 KB of shared memory."""
 from __future__ import annotations
 
-import dataclasses
-
 import triton
 import triton.language as tl
 
@@ -15,7 +13,7 @@ from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_ranklo
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, angle_grad_pair, blocks, chunk_frame,
     load_angles_cs,
-    load_biased_rows, load_rows, rot_cols, rows_to_time,
+    load_biased_rows, load_rows, rot_cols, rows_to_time, sub_chunk,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -98,9 +96,7 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
     scratch buffer, so launching it with C = ``steps`` (and that many more programs) splits each
     chunk into sub-chunks with nothing else changed."""
     if steps is not None and steps != meta.C:
-        if steps < 1 or meta.C % steps or steps & (steps - 1):
-            raise ValueError(f"post kernel steps per program: {steps} is not a power-of-two divisor of C = {meta.C}")
-        meta = dataclasses.replace(meta, C=steps)
+        meta = sub_chunk(meta, steps)
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
                                                 DIAG_BLOCKS=diag_blocks)

@@ -45,14 +45,15 @@ def _capped(launch: dict, cap: int | None) -> dict:
 
 def run_with(x: dict, out: dict, meta, *, state_pass=None, **kw) -> None:
     """stage16's pipeline; ``state_pass``: the state pass's launcher in place of stage15's
-    choice (stage17); ``kw``: more stage11_steptrig.run_with keywords (stage18)."""
+    choice (stage17); ``kw``: more stage11_steptrig.run_with keywords (stage18), a
+    ``pre_launch`` among them in place of this stage's (stage25)."""
     c = caps(meta)
     terms = stage9_termsblock.terms_choice(meta)
     if c["terms"] and terms:  # only the narrow state_terms (4 warps) was measured capped
         terms = dict(terms, launch=_capped(terms["launch"], c["terms"]))
+    kw.setdefault("pre_launch", _capped(CHUNK_LAUNCH, c["pre"]))
     stage15_passwave.run_with(x, out, meta, aux_launch=_capped(stage12_pipeaux.aux_launch(meta), c["aux"]),
-                              pre_launch=_capped(CHUNK_LAUNCH, c["pre"]), terms=terms,
-                              state_pass=state_pass, **kw)
+                              terms=terms, state_pass=state_pass, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

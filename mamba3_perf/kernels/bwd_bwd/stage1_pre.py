@@ -11,7 +11,7 @@ from mamba3_perf.kernels.bwd_bwd.common import (
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision,
     fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
     load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, store_chunk_scalars, store_rows,
-    store_value_sums, wt_rows,
+    store_value_sums, sub_chunk, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -113,10 +113,16 @@ def scratch_args(s: dict) -> tuple:
     return tuple(s[n] for n in PRE_SCRATCH)
 
 
-def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None) -> None:
+def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None,
+               steps: int | None = None) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
     ``kernel``: another pre kernel of the same signature (stage11); ``launch``: its launch
-    options (default CHUNK_LAUNCH; stage16)."""
+    options (default CHUNK_LAUNCH; stage16); ``steps``: time steps per program, a divisor of the
+    chunk size, for a ``kernel`` that takes SUB (stage21's halves kernel; stage25): launched
+    with C = ``steps`` and SUB = C / steps times the programs."""
+    extra = {}
+    if steps is not None and steps != meta.C:
+        meta, extra = sub_chunk(meta, steps), dict(SUB=meta.C // steps)
     bk = blocks(meta)
     (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
@@ -124,7 +130,7 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
         x["segsum"], x["angles"], *scratch_args(s),
         meta.S, meta.H, meta.G, meta.N, meta.P, meta.RD,
         C=meta.C, R=meta.R, BN=bk["BN"], BP=bk["BP"], REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        **(launch or CHUNK_LAUNCH),
+        **extra, **(launch or CHUNK_LAUNCH),
     )
 
 

@@ -49,7 +49,9 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
-from mamba3_perf.kernels.bwd_bwd.common import angle_grad_pair, chunk_frame, load_biased, store_chunk_scalars
+from mamba3_perf.kernels.bwd_bwd.common import (
+    angle_grad_pair, chunk_frame, load_biased, store_chunk_decay, store_chunk_scalars, store_step_scalars,
+)
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
     _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,
 )
@@ -76,10 +78,13 @@ def bwd_bwd_pre_halves_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr,
+    INPUTS: tl.constexpr, SUB: tl.constexpr = 1,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
-    cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2."""
+    cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
+    C of a chunk's SUB * C steps (stage25's sub-chunks: launched with C the sub-chunk and that
+    many more programs); each stores its steps' rows and scalars, and the first of a chunk's SUB
+    programs the chunk's decay matrix and decay."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -100,8 +105,13 @@ def bwd_bwd_pre_halves_kernel(
         _store_cube(KB_S, k2, bhc, t3, r3, jp3, mj3, N, R, CR)
         stage1_pre.store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, tl.arange(0, BP),
                                     S, H, P, R, CR, REDUCE_O)
-    store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
-                        bh, bhc, c, tc, S, C)
+    if SUB == 1:
+        store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
+                            bh, bhc, c, tc, S, C)
+    else:
+        store_step_scalars(DT, TRAP, DACS, DACSREV, GAM_S, TS_S, ECS_S, EREV_S, bh, c * C + tc, S)
+        if bhc % SUB == 0:
+            store_chunk_decay(DACS, SEGSUM, WT_S, DECAY_S, bh, bhc // SUB, c // SUB, S, C * SUB)
 
 
 @triton.jit

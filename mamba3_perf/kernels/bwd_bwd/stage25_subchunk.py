@@ -1,0 +1,81 @@
+"""stage25_subchunk: stage24 with the pre and post kernels on sub-chunks: fewer time steps per
+program.
+
+The pre and post kernels (the rotary and its inverse, the diagonal terms, DANGLES; no dots) are
+bound by neither memory nor arithmetic: Nsight Compute counted 0.87 GB of DRAM traffic for
+stage17's post kernel in 597 us on N128_P64_R4_C16 (1.5 TB/s of the H200's 4.8), 254 registers
+and 12 % of the warps active (records/ncu-N128_P64_R4_C16/stage17_scanpass-stalls-raw.csv); the
+pre kernel moved 0.60 GB in 299 us. Both hold a chunk's whole [C, R, N] tiles, one or two
+programs per SM. Every post kernel reads and writes per-step rows only (a step's C*R fused
+scratch rows, its angles, its diagonal weight block), and a chunk's rows are contiguous in every
+scratch buffer, so the same kernels launched with C = ``steps`` < C run on sub-chunks: smaller
+tiles, more programs per SM, the same arithmetic (common.sub_chunk; prod.launch_post's
+``steps``). The pre kernel does too, but for the chunk's decay matrix and decay, which the first
+of a chunk's sub-chunk programs stores (stage21's halves kernel, SUB > 1; stage1_pre.launch_pre's
+``steps``).
+
+:func:`post_steps` / :func:`post_launch` and :func:`pre_steps` / :func:`pre_launch` are the
+rules; ``POST_STEPS``, ``POST_WARPS``, ``PRE_STEPS``, ``PRE_WARPS`` override them for a sweep
+(benchmarks/sweep_knob.py).
+"""
+from __future__ import annotations
+
+from mamba3_perf.kernels.bwd_bwd import stage21_halves, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH
+from mamba3_perf.kernels.registry import StageSpec, register_stage
+
+# a sweep's overrides of the rules below (None: the rule)
+POST_STEPS: int | None = None
+POST_WARPS: int | None = None
+PRE_STEPS: int | None = None
+PRE_WARPS: int | None = None
+
+
+def post_steps(meta) -> int:
+    """Time steps per post program for ``meta``."""
+    if POST_STEPS is not None:
+        return min(POST_STEPS, meta.C)
+    return meta.C
+
+
+def post_launch(meta) -> dict | None:
+    """The post kernel's launch options for ``meta`` (None: stage18's choice)."""
+    if POST_WARPS is not None:
+        return dict(CHUNK_LAUNCH, num_warps=POST_WARPS)
+    return None
+
+
+def pre_steps(meta) -> int:
+    """Time steps per pre program for ``meta`` (the whole chunk where stage21 does not launch its
+    halves kernel, the one that runs on sub-chunks)."""
+    if stage21_halves.pre_kernel(meta) is None:
+        return meta.C
+    if PRE_STEPS is not None:
+        return min(PRE_STEPS, meta.C)
+    return meta.C
+
+
+def pre_launch(meta) -> dict | None:
+    """The pre kernel's launch options for ``meta`` (None: stage16's choice)."""
+    if PRE_WARPS is not None:
+        return dict(CHUNK_LAUNCH, num_warps=PRE_WARPS)
+    return None
+
+
+def run(x: dict, out: dict, meta) -> None:
+    kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
+    for name, launch in (("post_launch", post_launch(meta)), ("pre_launch", pre_launch(meta))):
+        if launch is not None:
+            kw[name] = launch
+    stage24_gluonaux.run_with(x, out, meta, **kw)
+
+
+STAGE = register_stage(StageSpec(
+    name="stage25_subchunk",
+    parent="stage24_gluonaux",
+    summary="the pre and post kernels on sub-chunks (fewer time steps per program): smaller "
+            "tiles, more programs per SM, the same arithmetic",
+    entry=run,
+    kernels=stage24_gluonaux.STAGE.kernels,
+    zero_outputs=False,
+))

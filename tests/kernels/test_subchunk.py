@@ -1,0 +1,49 @@
+"""stage25_subchunk: the pre and post kernels on sub-chunks compute what the whole-chunk launches
+do, for every post kernel stage21 chooses (halves with DANGLES from registers, halves, stage11's)
+and steps down to one per program; the launchers refuse a step count that does not tile the
+chunk."""
+import pytest
+
+from mamba3_perf.kernels import get_case, make_inputs
+from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage21_halves, stage25_subchunk
+from mamba3_perf.kernels.checking import check_stage
+
+
+@pytest.mark.parametrize("case_id,steps", [
+    ("small-N32_P64_R4_C16", 1),    # halves, DANGLES from registers (N <= 32)
+    ("small-N128_P64_R4_C16", 4),   # halves, 16 warps (C*R*N >= 8192, C >= 16)
+    ("small-N128_P64_R8_C8", 2),    # stage11's post kernel
+    ("small-N128_P64_R1_C64", 8),   # R = 1
+    ("tail-40", 2),                 # a padded tail, per-rank dout
+])
+def test_sub_chunk_pre_and_post_match_golden(monkeypatch, case_meta, case_id, steps):
+    """Each sub-chunk program stores its steps' rows and scalars; the pre kernel's first of a
+    chunk's programs its decay matrix and decay (a missed one: NaN from conftest's torch.empty)."""
+    monkeypatch.setattr(stage25_subchunk, "POST_STEPS", steps)
+    monkeypatch.setattr(stage25_subchunk, "PRE_STEPS", steps)
+    c = get_case(case_id)
+    assert stage25_subchunk.post_steps(case_meta(c)) == min(steps, c.C) < c.C
+    assert stage25_subchunk.pre_steps(case_meta(c)) == min(steps, c.C) < c.C
+    rows = check_stage("stage25_subchunk", c)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_post_kernels_of_the_cases_above_differ(case_meta):
+    kernels = {stage21_halves.post_kernel(case_meta(i)) for i in
+               ("small-N32_P64_R4_C16", "small-N128_P64_R4_C16", "small-N128_P64_R8_C8")}
+    assert len(kernels) == 3
+
+
+@pytest.mark.parametrize("steps", [0, 3, 32])
+def test_steps_must_tile_the_chunk(case_meta, steps):
+    meta = case_meta("small-N32_P64_R4_C16")  # C = 16
+    with pytest.raises(ValueError, match="power-of-two divisor"):
+        prod.launch_post({}, {}, {}, meta, steps=steps)
+    with pytest.raises(ValueError, match="power-of-two divisor"):
+        stage1_pre.launch_pre({}, {}, meta, steps=steps)
+
+
+def test_pre_steps_only_for_the_halves_kernel(monkeypatch, case_meta):
+    """stage21 launches stage11's pre kernel at P = 128, which holds whole chunks only."""
+    monkeypatch.setattr(stage25_subchunk, "PRE_STEPS", 2)
+    assert stage25_subchunk.pre_steps(case_meta("small-N64_P128_R4_C16")) == 16
