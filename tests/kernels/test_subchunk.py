@@ -47,3 +47,20 @@ def test_pre_steps_only_for_the_halves_kernel(monkeypatch, case_meta):
     """stage21 launches stage11's pre kernel at P = 128, which holds whole chunks only."""
     monkeypatch.setattr(stage25_subchunk, "PRE_STEPS", 2)
     assert stage25_subchunk.pre_steps(case_meta("small-N64_P128_R4_C16")) == 16
+
+
+@pytest.mark.parametrize("case_id,pre,post", [
+    ("N128_P64_R4_C16", 4, 4), ("N256_P64_R4_C8", 2, 2), ("N64_P64_R4_C16", 8, 8),
+    ("N128_P64_R1_C64", 8, 8),   # post: the kernel with DANGLES from registers, half the tile
+    ("N32_P64_R4_C16", 8, 8),    # likewise (N <= 32), at most MAX_STEPS
+    ("N128_P64_R8_C8", 2, 8),    # post: whole chunks at R = 8
+    ("N64_P128_R4_C16", 16, 8),  # pre: stage11's kernel at P = 128 holds whole chunks
+])
+def test_sub_chunk_rules(case_id, pre, post):
+    """The measured rule (records/h200-sweep-subchunk-*.json): [steps, R, N] tiles of 2048
+    elements on 4 warps, 1024 for the post kernel that forms DANGLES in registers, at most 8
+    steps."""
+    c = get_case(case_id)
+    assert (stage25_subchunk.pre_steps(c), stage25_subchunk.post_steps(c)) == (pre, post)
+    assert stage25_subchunk.post_launch(c) == (None if c.R >= 8 else dict(num_warps=4))
+    assert stage25_subchunk.pre_launch(c) == (None if c.P > 64 else dict(num_warps=4))

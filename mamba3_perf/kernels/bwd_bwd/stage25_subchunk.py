@@ -31,35 +31,55 @@ PRE_STEPS: int | None = None
 PRE_WARPS: int | None = None
 
 
+# elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
+# post kernel that also forms DANGLES from its rows in registers holds half that
+TILE_ELEMS = 2048
+REGS_TILE_ELEMS = 1024
+MAX_STEPS = 8
+SUB_LAUNCH = dict(CHUNK_LAUNCH, num_warps=4)
+
+
+def _steps(meta, elems: int) -> int:
+    return max(1, min(MAX_STEPS, elems // (meta.R * meta.N), meta.C))
+
+
 def post_steps(meta) -> int:
-    """Time steps per post program for ``meta``."""
+    """Time steps per post program for ``meta``: a [steps, R, N] tile of TILE_ELEMS
+    (REGS_TILE_ELEMS for stage21's post kernel with DANGLES from registers), at most MAX_STEPS;
+    the whole chunk at R >= 8, where stage11's post kernel measured slower on sub-chunks."""
     if POST_STEPS is not None:
         return min(POST_STEPS, meta.C)
-    return meta.C
+    if meta.R >= 8:
+        return meta.C
+    regs = stage21_halves.post_kernel(meta) is stage21_halves.bwd_bwd_post_halves_regs_kernel
+    return _steps(meta, REGS_TILE_ELEMS if regs else TILE_ELEMS)
 
 
 def post_launch(meta) -> dict | None:
-    """The post kernel's launch options for ``meta`` (None: stage18's choice)."""
+    """The post kernel's launch options for ``meta`` (None: stage18's choice): 4 warps where
+    post_steps' rule applies (R < 8)."""
     if POST_WARPS is not None:
         return dict(CHUNK_LAUNCH, num_warps=POST_WARPS)
-    return None
+    return SUB_LAUNCH if meta.R < 8 else None
 
 
 def pre_steps(meta) -> int:
-    """Time steps per pre program for ``meta`` (the whole chunk where stage21 does not launch its
-    halves kernel, the one that runs on sub-chunks)."""
+    """Time steps per pre program for ``meta``: a [steps, R, N] tile of TILE_ELEMS, at most
+    MAX_STEPS (the whole chunk where stage21 does not launch its halves kernel, the one that runs
+    on sub-chunks: P = 128)."""
     if stage21_halves.pre_kernel(meta) is None:
         return meta.C
     if PRE_STEPS is not None:
         return min(PRE_STEPS, meta.C)
-    return meta.C
+    return _steps(meta, TILE_ELEMS)
 
 
 def pre_launch(meta) -> dict | None:
-    """The pre kernel's launch options for ``meta`` (None: stage16's choice)."""
+    """The pre kernel's launch options for ``meta`` (None: stage16's choice): 4 warps, no register
+    cap, where its halves kernel runs."""
     if PRE_WARPS is not None:
         return dict(CHUNK_LAUNCH, num_warps=PRE_WARPS)
-    return None
+    return SUB_LAUNCH if stage21_halves.pre_kernel(meta) is not None else None
 
 
 def run(x: dict, out: dict, meta) -> None:
