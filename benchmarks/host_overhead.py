@@ -1,0 +1,61 @@
+"""Host time per call of a stage against its GPU time: where the host's launches (Python, the
+Triton / Gluon launchers, TMA descriptors, allocations) take longer than the kernels run, the GPU
+waits and do_bench's per-call time is the host's. Per case and stage: the host time of N calls
+issued back to back without synchronizing (the launch queue absorbs them), the wall time of the
+same N calls through the final synchronize, and do_bench's median.
+
+    python benchmarks/host_overhead.py --cases N128_P64_R1_C64,N32_P64_R4_C16 \\
+        --stages stage24_gluonaux,stage25_subchunk --json rec.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", required=True)
+    ap.add_argument("--stages", required=True)
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from mamba3_perf import backend as be
+    from mamba3_perf import bench
+    from mamba3_perf.runs import collect_environment, write_text_atomic
+
+    bk = be.resolve("auto")
+    if not bk.device.startswith("cuda"):
+        raise SystemExit("host_overhead.py compares host and GPU time: it needs a CUDA device")
+    rows = []
+    for case in bench.select_cases(a.cases):
+        x = bench.prepare(case, device=bk.device)
+        for stage in a.stages.split(","):
+            fn = bench.variant_runner(stage, case, x)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(a.calls):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            row = dict(case_id=case.id, stage=stage, calls=a.calls,
+                       host_us_per_call=(t1 - t0) / a.calls * 1e6, wall_us_per_call=(t2 - t0) / a.calls * 1e6,
+                       **bench.time_fn(fn, device=bk.device, warmup_ms=10, rep_ms=40))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        del x
+        bench._free(bk.device)
+    rec = {"meta": {**collect_environment(), "command": "python benchmarks/host_overhead.py "
+                    + " ".join(argv or __import__("sys").argv[1:])}, "rows": rows}
+    write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
