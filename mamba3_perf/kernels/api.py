@@ -105,6 +105,14 @@ def validate(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs
                 reduce_o=mimo_o is not None, has_d=d is not None)
 
 
+def _f32(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
+    """``t`` as fp32 (and contiguous), itself where it already is: the no-op .to / .contiguous
+    calls cost the host a dispatch each, per call."""
+    if t.dtype != torch.float32:
+        t = t.to(torch.float32)
+    return t.contiguous() if contiguous and not t.is_contiguous() else t
+
+
 def allocate_outputs(meta: Meta, q_dtype, k_dtype, v_dtype, device, *, zero: bool) -> dict:
     """Output buffers at the padded length: zeros, or empty where the stage writes all of them."""
     B, S, H, N, P, R, C = meta.B, meta.S, meta.H, meta.N, meta.P, meta.R, meta.C
@@ -155,14 +163,11 @@ def mamba3_mimo_bwd_bwd(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, d
     if output_dtype is not None and output_dtype not in FLOAT_DTYPES:
         raise ShapeError(f"output_dtype: expected float16, bfloat16 or float32, received {output_dtype}")
     S = q.shape[1]
-    f = torch.float32
-    seq = dict(dout=dout, q=q, k=k, v=v, angles=angles.to(f), qk_dot=qk_dot, dt=dt.to(f),
-               trap=trap.to(f), da_cs=da_cs.to(f), da_cs_rev=da_cs_rev.to(f), segsum=segsum.to(f))
+    seq = dict(dout=dout, q=q, k=k, v=v, angles=_f32(angles), qk_dot=qk_dot, dt=_f32(dt),
+               trap=_f32(trap), da_cs=_f32(da_cs), da_cs_rev=_f32(da_cs_rev), segsum=_f32(segsum))
     x = tail.pad_inputs(seq, S, chunk_size)
-    x.update(states=states, q_bias=q_bias.to(f).contiguous(), k_bias=k_bias.to(f).contiguous(),
-             mimo_v=mimo_v.to(f).contiguous(),
-             mimo_o=None if mimo_o is None else mimo_o.to(f).contiguous(),
-             d=None if d is None else d.to(f).contiguous())
+    x.update(states=states, q_bias=_f32(q_bias, True), k_bias=_f32(k_bias, True), mimo_v=_f32(mimo_v, True),
+             mimo_o=None if mimo_o is None else _f32(mimo_o, True), d=None if d is None else _f32(d, True))
     out = allocate_outputs(meta, output_dtype or q.dtype, output_dtype or k.dtype,
                            output_dtype or v.dtype, q.device, zero=spec.zero_outputs)
     spec.entry(x, out, meta)

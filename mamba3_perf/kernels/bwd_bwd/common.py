@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import math
 
 import torch
 import triton
@@ -41,7 +43,12 @@ def is_hopper(device) -> bool:
     """Whether ``device`` is a CUDA GPU of compute capability 9 (H100, H200): where the Gluon
     kernels (sm_90 wgmma and TMA; stage23 on) run."""
     dev = torch.device(device)
-    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] == 9
+    return dev.type == "cuda" and _capability_major(dev.index) == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int | None) -> int:
+    return torch.cuda.get_device_capability(index)[0]  # asked once per device: a host call per launch otherwise
 
 
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
@@ -150,7 +157,12 @@ def pow2(x: int, lo: int = 16) -> int:
 
 def blocks(meta) -> dict:
     """The constexpr block sizes every stage uses."""
-    return dict(BN=pow2(meta.N), BP=pow2(meta.P), BRD=pow2(meta.RD))
+    return dict(_blocks(meta.N, meta.P, meta.RD))
+
+
+@functools.lru_cache(maxsize=None)
+def _blocks(N: int, P: int, RD: int) -> tuple:
+    return (("BN", pow2(N)), ("BP", pow2(P)), ("BRD", pow2(RD)))
 
 
 def scalar_ptr_or_dummy(t, like: torch.Tensor):
@@ -534,7 +546,19 @@ def alloc_scratch(meta, device, names) -> dict:
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
         "GDB": (B, H, nc, C * R, R),
     }
-    return {n: torch.empty(shapes[n], dtype=torch.float32, device=device) for n in names}
+    # one allocation, one view per buffer (a torch.empty per buffer cost the host ~5 us each, and
+    # the host bounds the smaller shapes); each view starts on a SCRATCH_ALIGN-element boundary
+    # (TMA needs 16-byte aligned bases)
+    sizes = {n: math.prod(shapes[n]) for n in names}
+    offsets, total = {}, 0
+    for n in names:
+        offsets[n] = total
+        total += -(-sizes[n] // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    flat = torch.empty(total, dtype=torch.float32, device=device)
+    return {n: flat[offsets[n]:offsets[n] + sizes[n]].view(shapes[n]) for n in names}
+
+
+SCRATCH_ALIGN = 64  # fp32 elements: 256 bytes
 
 
 PRE_SCRATCH = ("QB", "KB", "QR", "KR", "PSIV", "DPHIO", "GAM", "TS", "ECS", "EREV", "WT", "DECAY")

@@ -3,6 +3,8 @@ differ across Triton versions, the TF32 split, and TMA descriptors of the fp32 /
 viewed as 2-D row blocks. Importing this needs a Triton with Gluon's Hopper module."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -66,5 +68,11 @@ def row_blocks(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor
     """A TMA descriptor of contiguous ``t`` viewed as [numel / cols, cols], in ``block`` boxes
     (shared layout: the default NVMMA swizzle for the box)."""
     flat = t.view(-1, cols)
-    layout = gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[t.dtype])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
+    return TensorDescriptor(flat, list(flat.shape), [cols, 1], block, _box_layout(tuple(block), t.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _box_layout(block: tuple, dtype: torch.dtype):
+    """The default NVMMA shared layout of a ``block`` box (formed once: per launch it cost the
+    host more than the descriptor)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
