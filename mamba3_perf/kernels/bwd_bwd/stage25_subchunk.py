@@ -16,7 +16,17 @@ of a chunk's sub-chunk programs stores (stage21's halves kernel, SUB > 1; stage1
 
 :func:`post_steps` / :func:`post_launch` and :func:`pre_steps` / :func:`pre_launch` are the
 rules; ``POST_STEPS``, ``POST_WARPS``, ``PRE_STEPS``, ``PRE_WARPS`` override them for a sweep
-(benchmarks/sweep_knob.py).
+(benchmarks/sweep_knob.py). Swept on the H200 (steps 2-8 or the whole chunk, 4 / 8 warps or the
+parent's launch; golden passed in every combination; records/h200-sweep-subpost-ebc7982.json,
+h200-sweep-subchunk-660cfe8.json), per kernel: [steps, R, N] tiles of 2048 elements on 4 warps
+were the best or within a few percent of it, e.g. pre 241 -> 184 us and post 474 -> 384 on
+N128_P64_R4_C16, pre 1143 -> 895 and post 1055 -> 841 on N256_P64_R4_C8, pre 475 -> 332 on
+N128_P64_R8_C8; the post kernel with DANGLES from registers wants half that tile (91 -> 73 on
+N128_P64_R1_C64), and at R = 8 stage11's post kernel lost on every sub-chunk (1176 -> 1248 at
+2 steps). Side by side with stage24 and live TileLang on the eleven official cases
+(records/h200-subchunk-vs-tilelang-5115862.json, golden 264/264): 1.001-1.075x where the GPU
+bounds the time (N128_P32_R4_C16 2.118 -> 1.969 ms, N256_P64_R4_C8 6.799 -> 6.378), 1.017x in
+geomean over all eleven (two host-bound there: README), 1.36x slower than TileLang.
 """
 from __future__ import annotations
 
