@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf import backend as be
     from mamba3_perf import bench
-    from mamba3_perf.runs import collect_environment, write_text_atomic
+    from mamba3_perf.runs import write_rows_record
 
     bk = be.resolve("auto")
     if not bk.device.startswith("cuda"):
@@ -52,9 +52,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
         del x
         bench._free(bk.device)
-    rec = {"meta": {**collect_environment(), "command": "python benchmarks/host_overhead.py "
-                    + " ".join(argv or __import__("sys").argv[1:])}, "rows": rows}
-    write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    write_rows_record(a.json, "host_overhead.py", argv, rows)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf import backend as be
     from mamba3_perf.kernels.checking import oracles
-    from mamba3_perf.runs import collect_environment, write_text_atomic
+    from mamba3_perf.runs import write_rows_record
 
     bk = be.resolve("auto")
     rows = []
@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
         del x, golden, ref
         bench._free(bk.device)
-    rec = {"meta": {**collect_environment(), "command": "python benchmarks/sweep_knob.py "
-                    + " ".join(argv or __import__("sys").argv[1:])}, "rows": rows}
-    write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    write_rows_record(a.json, "sweep_knob.py", argv, rows)
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
 
     bk = be.resolve("auto")
     from mamba3_perf.kernels.checking import oracles
-    from mamba3_perf.runs import collect_environment, write_text_atomic
+    from mamba3_perf.runs import write_rows_record
 
     defaults = {t: dict(launch_dict(t)) for t, _ in sweeps}
     rows = []
@@ -146,10 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 bench._free(bk.device)
         del x, golden, ref
         bench._free(bk.device)
-    rec = {"meta": {**collect_environment(), "command": "python benchmarks/sweep_launch.py "
-                    + " ".join(argv or __import__("sys").argv[1:]), "defaults": defaults},
-           "rows": rows}
-    write_text_atomic(a.json, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    write_rows_record(a.json, "sweep_launch.py", argv, rows, defaults=defaults)
 
 
 if __name__ == "__main__":

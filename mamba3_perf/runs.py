@@ -301,3 +301,12 @@ def collect_environment() -> dict:
     except Exception as e:  # a broken CUDA setup must not stop the record
         env["device_error"] = repr(e)[:300]
     return env
+
+
+def write_rows_record(path: str | os.PathLike, script: str, argv: list[str] | None, rows: list,
+                      **meta) -> Path:
+    """A benchmark script's record, atomically: ``{"meta": environment + the command that made it
+    (+ ``meta``), "rows": rows}`` (benchmarks/sweep_launch.py, sweep_knob.py, host_overhead.py)."""
+    command = f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
+    rec = {"meta": {**collect_environment(), "command": command, **meta}, "rows": rows}
+    return write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
