@@ -3,6 +3,7 @@ do, for every post kernel stage21 chooses (halves with DANGLES from registers, h
 and steps down to one per program; the launchers refuse a step count that does not tile the
 chunk."""
 import pytest
+import torch
 
 from mamba3_perf.kernels import get_case, make_inputs
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage21_halves, stage25_subchunk
@@ -64,3 +65,24 @@ def test_sub_chunk_rules(case_id, pre, post):
     assert (stage25_subchunk.pre_steps(c), stage25_subchunk.post_steps(c)) == (pre, post)
     assert stage25_subchunk.post_launch(c) == (None if c.R >= 8 else dict(num_warps=4))
     assert stage25_subchunk.pre_launch(c) == (None if c.P > 64 else dict(num_warps=4))
+
+
+def test_scratch_views_are_aligned_disjoint_and_shaped(case_meta):
+    """alloc_scratch carves every buffer out of one allocation: each view starts 256 bytes times k
+    past its base (CUDA's allocator aligns the base to 512; TMA descriptors need 16-byte aligned
+    bases), is contiguous in its own shape and overlaps no other."""
+    from mamba3_perf.kernels.bwd_bwd.common import AUX_SCRATCH, PRE_SCRATCH, alloc_scratch
+
+    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP", "GDB")
+    meta = case_meta("small-N128_P64_R4_C16")
+    s = alloc_scratch(meta, "cpu", names)
+    spans = []
+    base = min(t.data_ptr() for t in s.values())
+    for n in names:
+        t = s[n]
+        assert t.dtype == torch.float32 and t.is_contiguous(), n
+        assert (t.data_ptr() - base) % 256 == 0 and t.data_ptr() % 16 == 0, n
+        spans.append((t.data_ptr(), t.data_ptr() + t.numel() * 4, n))
+    assert s["DST"].shape == (meta.B, meta.H, meta.nchunks, meta.N, meta.P)
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
