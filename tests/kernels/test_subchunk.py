@@ -86,3 +86,16 @@ def test_scratch_views_are_aligned_disjoint_and_shaped(case_meta):
     assert s["DST"].shape == (meta.B, meta.H, meta.nchunks, meta.N, meta.P)
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+@pytest.mark.parametrize("case_id,steps", [("small-N128_P64_R4_C16", 4), ("pw-2", 2), ("tail-40", 16)])
+def test_pre_programs_heads_inner_match_golden(monkeypatch, case_id, steps):
+    """The pre kernel with its programs in (b, chunk, head) order (PRE_HEADS_INNER), alone and on
+    sub-chunks: every program still finds its own (b, h, chunk) and the first sub-chunk of each
+    chunk stores the chunk's decay (a missed store: NaN from conftest's torch.empty)."""
+    monkeypatch.setattr(stage25_subchunk, "PRE_HEADS_INNER", True)
+    monkeypatch.setattr(stage25_subchunk, "PRE_STEPS", steps)
+    c = get_case(case_id)
+    assert c.H > 1 and c.S // c.C > 1
+    rows = check_stage("stage25_subchunk", c)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]

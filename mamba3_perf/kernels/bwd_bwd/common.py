@@ -573,11 +573,24 @@ def fused_rows(C: tl.constexpr, R: tl.constexpr):
 
 
 @triton.jit
-def chunk_coords(H, nc):
-    """(b, h, c, bh, bhc) of a program on a (B*H*nc) grid."""
-    bhc = tl.program_id(0).to(tl.int64)
-    bh = bhc // nc
-    return bh // H, bh % H, bhc % nc, bh, bhc
+def chunk_coords(H, nc, HEADS_INNER: tl.constexpr = False):
+    """(b, h, c, bh, bhc) of a program on a (B*H*nc) grid: program ids in (b, h, c) order, or with
+    HEADS_INNER in (b, c, h) order, a chunk's programs for every head adjacent (where G < H they
+    read the same q / k rows, which L2 then serves once)."""
+    pid = tl.program_id(0).to(tl.int64)
+    if HEADS_INNER:
+        h = pid % H
+        b = pid // H // nc
+        c = pid // H % nc
+        bh = b * H + h
+        bhc = bh * nc + c
+    else:
+        bhc = pid
+        bh = bhc // nc
+        b = bh // H
+        h = bh % H
+        c = bhc % nc
+    return b, h, c, bh, bhc
 
 
 def sub_chunk(meta, steps: int):
@@ -590,10 +603,10 @@ def sub_chunk(meta, steps: int):
 
 
 @triton.jit
-def chunk_frame(S, H, C: tl.constexpr, R: tl.constexpr):
+def chunk_frame(S, H, C: tl.constexpr, R: tl.constexpr, HEADS_INNER: tl.constexpr = False):
     """A (B*H*nc)-grid program's (b, h, c, bh, bhc) and its chunk's fused rows (i, t, r), the
     rows' time positions and the chunk's C steps: (b, h, c, bh, bhc, i, ti, ri, tpos, tc)."""
-    b, h, c, bh, bhc = chunk_coords(H, S // C)
+    b, h, c, bh, bhc = chunk_coords(H, S // C, HEADS_INNER)
     i, ti, ri = fused_rows(C, R)
     return b, h, c, bh, bhc, i, ti, ri, c * C + ti, tl.arange(0, C)
 

@@ -175,19 +175,21 @@ def bwd_bwd_post_steptrig_kernel(
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
              post_launch: dict | None = None, pre_kernel=None, post_kernel=None, pre_steps: int | None = None,
-             post_steps: int | None = None, **kw) -> None:
+             post_steps: int | None = None, pre_heads_inner: bool = False, **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
     ``pre_kernel`` / ``post_kernel``: other pre / post kernels of this stage's signatures
     (stage21); ``pre_steps`` / ``post_steps``: the pre / post kernel's time steps per program
-    (stage1_pre.launch_pre's / prod.launch_post's ``steps``; stage25); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
+    (stage1_pre.launch_pre's / prod.launch_post's ``steps``; stage25); ``pre_heads_inner``:
+    launch_pre's ``heads_inner`` (stage25); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
                               pre=functools.partial(stage1_pre.launch_pre,
                                                     kernel=pre_kernel or bwd_bwd_pre_steptrig_kernel,
-                                                    launch=pre_launch, steps=pre_steps),
+                                                    launch=pre_launch, steps=pre_steps,
+                                                    heads_inner=pre_heads_inner),
                               post=functools.partial(prod.launch_post,
                                                      kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
                                                      diag_blocks=False, launch=post_launch, steps=post_steps),

@@ -114,15 +114,16 @@ def scratch_args(s: dict) -> tuple:
 
 
 def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None,
-               steps: int | None = None) -> None:
+               steps: int | None = None, heads_inner: bool = False) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
     ``kernel``: another pre kernel of the same signature (stage11); ``launch``: its launch
     options (default CHUNK_LAUNCH; stage16); ``steps``: time steps per program, a divisor of the
     chunk size, for a ``kernel`` that takes SUB (stage21's halves kernel; stage25): launched
-    with C = ``steps`` and SUB = C / steps times the programs."""
-    extra = {}
+    with C = ``steps`` and SUB = C / steps times the programs; ``heads_inner``: for the same
+    kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER)."""
+    extra = dict(HEADS_INNER=True) if heads_inner else {}
     if steps is not None and steps != meta.C:
-        meta, extra = sub_chunk(meta, steps), dict(SUB=meta.C // steps)
+        meta, extra = sub_chunk(meta, steps), dict(extra, SUB=meta.C // steps)
     bk = blocks(meta)
     (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],

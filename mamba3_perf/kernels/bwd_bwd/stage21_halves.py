@@ -78,14 +78,15 @@ def bwd_bwd_pre_halves_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, SUB: tl.constexpr = 1,
+    INPUTS: tl.constexpr, SUB: tl.constexpr = 1, HEADS_INNER: tl.constexpr = False,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
     cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
     C of a chunk's SUB * C steps (stage25's sub-chunks: launched with C the sub-chunk and that
     many more programs); each stores its steps' rows and scalars, and the first of a chunk's SUB
-    programs the chunk's decay matrix and decay."""
-    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    programs the chunk's decay matrix and decay. HEADS_INNER: program ids in (b, chunk, head) order
+    (common.chunk_coords; a stage25 knob)."""
+    b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
     t3, tt, r3, j3, mj3, cs, sn = _halves(ANG, b, h, c, S, H, N, RD, C, R, BN)

@@ -39,6 +39,10 @@ POST_STEPS: int | None = None
 POST_WARPS: int | None = None
 PRE_STEPS: int | None = None
 PRE_WARPS: int | None = None
+# the pre kernel's programs in (b, chunk, head) order (common.chunk_coords' HEADS_INNER): where
+# G < H a chunk's heads read the same q / k rows, and program order decides whether L2 serves
+# them once; a knob to measure (off: not yet measured on a GPU)
+PRE_HEADS_INNER: bool = False
 
 
 # elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
@@ -94,6 +98,8 @@ def pre_launch(meta) -> dict | None:
 
 def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
+    if PRE_HEADS_INNER and stage21_halves.pre_kernel(meta) is not None:
+        kw["pre_heads_inner"] = True
     for name, launch in (("post_launch", post_launch(meta)), ("pre_launch", pre_launch(meta))):
         if launch is not None:
             kw[name] = launch
