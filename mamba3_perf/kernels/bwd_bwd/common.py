@@ -43,11 +43,12 @@ def is_hopper(device) -> bool:
     """Whether ``device`` is a CUDA GPU of compute capability 9 (H100, H200): where the Gluon
     kernels (sm_90 wgmma and TMA; stage23 on) run."""
     dev = torch.device(device)
-    return dev.type == "cuda" and _capability_major(dev.index) == 9
+    return dev.type == "cuda" and _capability_major(
+        torch.cuda.current_device() if dev.index is None else dev.index) == 9
 
 
 @functools.lru_cache(maxsize=None)
-def _capability_major(index: int | None) -> int:
+def _capability_major(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]  # asked once per device: a host call per launch otherwise
 
 
@@ -553,7 +554,7 @@ def alloc_scratch(meta, device, names) -> dict:
     offsets, total = {}, 0
     for n in names:
         offsets[n] = total
-        total += -(-sizes[n] // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        total += triton.cdiv(sizes[n], SCRATCH_ALIGN) * SCRATCH_ALIGN
     flat = torch.empty(total, dtype=torch.float32, device=device)
     return {n: flat[offsets[n]:offsets[n] + sizes[n]].view(shapes[n]) for n in names}
 
@@ -593,10 +594,13 @@ def chunk_coords(H, nc, HEADS_INNER: tl.constexpr = False):
     return b, h, c, bh, bhc
 
 
-def sub_chunk(meta, steps: int):
+def sub_chunk(meta, steps: int | None):
     """``meta`` with C = ``steps``, a power-of-two divisor of its chunk size: what a per-chunk
     kernel that reads and writes per-step rows only is launched with to run on sub-chunks (one
-    program per ``steps`` steps; a chunk's rows are contiguous in every per-row scratch buffer)."""
+    program per ``steps`` steps; a chunk's rows are contiguous in every per-row scratch buffer).
+    ``meta`` itself where ``steps`` is None or the whole chunk."""
+    if steps is None or steps == meta.C:
+        return meta
     if steps < 1 or meta.C % steps or steps & (steps - 1):
         raise ValueError(f"steps per program: {steps} is not a power-of-two divisor of C = {meta.C}")
     return dataclasses.replace(meta, C=steps)

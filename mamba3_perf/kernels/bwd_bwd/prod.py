@@ -95,8 +95,7 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
     scratch, its angles, its diagonal weight block), and a chunk's rows are contiguous in every
     scratch buffer, so launching it with C = ``steps`` (and that many more programs) splits each
     chunk into sub-chunks with nothing else changed."""
-    if steps is not None and steps != meta.C:
-        meta = sub_chunk(meta, steps)
+    meta = sub_chunk(meta, steps)
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
                                                 DIAG_BLOCKS=diag_blocks)

@@ -122,8 +122,9 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
     with C = ``steps`` and SUB = C / steps times the programs; ``heads_inner``: for the same
     kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER)."""
     extra = dict(HEADS_INNER=True) if heads_inner else {}
-    if steps is not None and steps != meta.C:
-        meta, extra = sub_chunk(meta, steps), dict(extra, SUB=meta.C // steps)
+    sub = sub_chunk(meta, steps)
+    if sub is not meta:
+        meta, extra = sub, dict(extra, SUB=meta.C // sub.C)
     bk = blocks(meta)
     (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],

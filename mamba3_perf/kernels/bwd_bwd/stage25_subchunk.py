@@ -57,13 +57,25 @@ def _steps(meta, elems: int) -> int:
     return max(1, min(MAX_STEPS, elems // (meta.R * meta.N), meta.C))
 
 
+def _post_whole(meta) -> bool:
+    """Where the post kernel keeps whole chunks and stage18's launch: R >= 8 (stage11's post
+    kernel measured slower on every sub-chunk there)."""
+    return meta.R >= 8
+
+
+def _halves_pre(meta) -> bool:
+    """Whether stage21 launches its halves pre kernel for ``meta``, the one that takes SUB and
+    HEADS_INNER (not at P = 128)."""
+    return stage21_halves.pre_kernel(meta) is not None
+
+
 def post_steps(meta) -> int:
     """Time steps per post program for ``meta``: a [steps, R, N] tile of TILE_ELEMS
     (REGS_TILE_ELEMS for stage21's post kernel with DANGLES from registers), at most MAX_STEPS;
     the whole chunk at R >= 8, where stage11's post kernel measured slower on sub-chunks."""
     if POST_STEPS is not None:
         return min(POST_STEPS, meta.C)
-    if meta.R >= 8:
+    if _post_whole(meta):
         return meta.C
     regs = stage21_halves.post_kernel(meta) is stage21_halves.bwd_bwd_post_halves_regs_kernel
     return _steps(meta, REGS_TILE_ELEMS if regs else TILE_ELEMS)
@@ -74,14 +86,14 @@ def post_launch(meta) -> dict | None:
     post_steps' rule applies (R < 8)."""
     if POST_WARPS is not None:
         return dict(CHUNK_LAUNCH, num_warps=POST_WARPS)
-    return SUB_LAUNCH if meta.R < 8 else None
+    return None if _post_whole(meta) else SUB_LAUNCH
 
 
 def pre_steps(meta) -> int:
     """Time steps per pre program for ``meta``: a [steps, R, N] tile of TILE_ELEMS, at most
     MAX_STEPS (the whole chunk where stage21 does not launch its halves kernel, the one that runs
     on sub-chunks: P = 128)."""
-    if stage21_halves.pre_kernel(meta) is None:
+    if not _halves_pre(meta):
         return meta.C
     if PRE_STEPS is not None:
         return min(PRE_STEPS, meta.C)
@@ -93,12 +105,12 @@ def pre_launch(meta) -> dict | None:
     cap, where its halves kernel runs."""
     if PRE_WARPS is not None:
         return dict(CHUNK_LAUNCH, num_warps=PRE_WARPS)
-    return SUB_LAUNCH if stage21_halves.pre_kernel(meta) is not None else None
+    return SUB_LAUNCH if _halves_pre(meta) else None
 
 
 def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
-    if PRE_HEADS_INNER and stage21_halves.pre_kernel(meta) is not None:
+    if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True
     for name, launch in (("post_launch", post_launch(meta)), ("pre_launch", pre_launch(meta))):
         if launch is not None:
