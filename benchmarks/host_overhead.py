@@ -2,7 +2,9 @@
 Triton / Gluon launchers, TMA descriptors, allocations) take longer than the kernels run, the GPU
 waits and do_bench's per-call time is the host's. Per case and stage: the host time of N calls
 issued back to back without synchronizing (the launch queue absorbs them), the wall time of the
-same N calls through the final synchronize, and do_bench's median.
+same N calls through the final synchronize, do_bench's median of eager calls and, with
+``--cuda-graph``, of CUDA-graph replays of one call (``graph_*`` columns: the device time without
+the host's launch path; kernels.graphs).
 
     python benchmarks/host_overhead.py --cases N128_P64_R1_C64,N32_P64_R4_C16 \\
         --stages stage24_gluonaux,stage25_subchunk --json rec.json
@@ -19,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cases", required=True)
     ap.add_argument("--stages", required=True)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--cuda-graph", action="store_true", help="also time CUDA-graph replays")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
 
@@ -48,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
             row = dict(case_id=case.id, stage=stage, calls=a.calls,
                        host_us_per_call=(t1 - t0) / a.calls * 1e6, wall_us_per_call=(t2 - t0) / a.calls * 1e6,
                        **bench.time_fn(fn, device=bk.device, warmup_ms=10, rep_ms=40))
+            if a.cuda_graph:
+                graphed = bench.time_fn(fn, device=bk.device, warmup_ms=10, rep_ms=40, graph=True)
+                row.update({f"graph_{k}": v for k, v in graphed.items()})
             print(json.dumps(row), flush=True)
             rows.append(row)
         del x

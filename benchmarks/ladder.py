@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-check", action="store_true",
                     help="skip the golden check (compile-and-run warm-ups: the fp64 golden of a large "
                          "case in many parallel processes exhausts GPU memory)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="time CUDA-graph replays of one call (CUDA only): device time without the host")
     ap.add_argument("--json", default=None, help="also write the JSON record here")
     a = ap.parse_args(argv)
 
@@ -29,14 +31,14 @@ def main(argv: list[str] | None = None) -> None:
 
     bk = be.resolve(a.backend)  # before any kernel module loads (TRITON_INTERPRET)
     from mamba3_perf.bench import run_bench, select_cases, select_stages
-    from mamba3_perf.reports.console import ladder_means, run_summary
+    from mamba3_perf.reports.console import ladder_means, run_summary, run_title
 
     stages, tilelang = select_stages(a.stages)
     res = run_bench(select_cases(a.cases), stages, backend=bk, out_root=a.out, name=a.name,
                     warmup_ms=a.warmup_ms, rep_ms=a.rep_ms, tilelang=tilelang, json_path=a.json,
                     rounds=a.rounds, skip=dict(x.split("=", 1) for x in a.skip), check=not a.no_check,
-                    progress=lambda desc: print(desc, flush=True))
-    print(run_summary(res.table, title=f"Run {res.run_path.name} ({bk.name}, {bk.timing_kind})"))
+                    graph=a.cuda_graph, progress=lambda desc: print(desc, flush=True))
+    print(run_summary(res.table, title=run_title(res.run_path.name, bk, a.cuda_graph)))
     print(ladder_means(res.summary))
     print(f"wrote {res.run_path}" + (f" and {res.json_path}" if res.json_path else ""))
 

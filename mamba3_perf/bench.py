@@ -13,8 +13,10 @@ upstream ``tilelang`` row):
    (:func:`timed_for_reference`);
 3. once every variant of the case is checked, time those that passed, interleaved over
    ``rounds`` rounds (variant A, B, ..., then A, B, ... again; samples pooled): CUDA
-   ``triton.testing.do_bench``; NPU ``torch.npu.synchronize`` + perf_counter; CPU (Triton
-   interpreter) perf_counter over :data:`INTERPRETER_REPS` calls.
+   ``triton.testing.do_bench`` (of eager calls, or with ``graph`` of one CUDA-graph replay per
+   call: :func:`mamba3_perf.kernels.graphs.capture`, the device time without the host's launch
+   path); NPU ``torch.npu.synchronize`` + perf_counter; CPU (Triton interpreter) perf_counter
+   over :data:`INTERPRETER_REPS` calls.
 
 :func:`run_bench` is the whole ``perf bench``: measure, store the run, build the ladder and
 optionally the JSON record (``records/``).
@@ -35,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mamba3_perf.errors import StageError
+from mamba3_perf.errors import BackendError, StageError
 from mamba3_perf.kernels.cases import Case, case_sets, cases as cases_of_set, get_case
 
 TILELANG = "tilelang"
@@ -136,13 +138,20 @@ def _host_times_us(fn: Callable[[], object], device: str, reps: int) -> list[flo
 
 
 def time_samples_us(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
-                    rep_ms: float = 100) -> list[float]:
-    """Per-call times (µs) of ``fn`` on ``device``: CUDA do_bench, NPU/CPU host timing."""
+                    rep_ms: float = 100, graph: bool = False) -> list[float]:
+    """Per-call times (µs) of ``fn`` on ``device``: CUDA do_bench (with ``graph``, of a CUDA
+    graph of one ``fn`` call, replayed), NPU/CPU host timing."""
     if device.startswith("cuda"):
         import triton.testing
 
+        if graph:
+            from mamba3_perf.kernels.graphs import capture
+
+            fn = capture(fn)[0].replay
         ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
         return [t * 1e3 for t in ms]
+    if graph:
+        raise BackendError(f"CUDA-graph timing needs a CUDA device, not {device!r}")
     if device.startswith("npu"):
         probe = _host_times_us(fn, device, 1)[0]
         _host_times_us(fn, device, max(1, int(warmup_ms * 1e3 / max(probe, 1.0))))
@@ -152,9 +161,10 @@ def time_samples_us(fn: Callable[[], object], *, device: str, warmup_ms: float =
 
 
 def time_fn(fn: Callable[[], object], *, device: str, warmup_ms: float = 25,
-            rep_ms: float = 100) -> dict:
+            rep_ms: float = 100, graph: bool = False) -> dict:
     """median_us / p10_us / p90_us / n_reps of ``fn`` on ``device``."""
-    return _stats(time_samples_us(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms))
+    return _stats(time_samples_us(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                  graph=graph))
 
 
 # ------------------------------------------------------------------------------ variants
@@ -237,7 +247,7 @@ def _check_variant(variant: str, case: Case, x: dict, oracle, *, device, timing_
 
 
 def _time_interleaved(todo: dict, case: Case, *, device, timing_kind, warmup_ms, rep_ms,
-                      rounds: int) -> dict[str, dict]:
+                      rounds: int, graph: bool = False) -> dict[str, dict]:
     """Timing rows of the checked variants ``todo`` (variant -> (fn, status, reason)), timed
     in ``rounds`` rounds that visit every variant in turn (so a drift of clocks or
     temperature during the case touches all of them alike); the samples of all rounds are
@@ -249,7 +259,8 @@ def _time_interleaved(todo: dict, case: Case, *, device, timing_kind, warmup_ms,
             if v in failed:
                 continue
             try:
-                samples[v] += time_samples_us(fn, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms)
+                samples[v] += time_samples_us(fn, device=device, warmup_ms=warmup_ms,
+                                              rep_ms=rep_ms, graph=graph)
             except Exception as e:
                 failed[v] = _timing_row(v, case.id, "not runnable",
                                         f"while timing: {first_line(e)}", timing_kind)
@@ -261,8 +272,8 @@ def _time_interleaved(todo: dict, case: Case, *, device, timing_kind, warmup_ms,
 def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing_kind: str,
             warmup_ms: float = 25, rep_ms: float = 100, check: bool = True,
             states_dtype: torch.dtype | None = None, progress: Progress | None = None,
-            tilelang: bool = False, rounds: int = 1,
-            skip: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+            tilelang: bool = False, rounds: int = 1, skip: dict[str, str] | None = None,
+            graph: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Check and time ``stages`` (plus the live ``tilelang`` row when asked) on every case.
 
     ``skip`` (variant -> reason) records those variants "not runnable" with that reason
@@ -273,8 +284,12 @@ def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing
     are then timed in ``rounds`` interleaved rounds (:func:`_time_interleaved`). Returns the
     ``timings`` and ``accuracy`` tables of the run store (see :mod:`mamba3_perf.runs`).
     ``progress(description)`` is called once per finished (case, variant). A requested
-    tilelang row that cannot run here is recorded "not runnable".
+    tilelang row that cannot run here is recorded "not runnable". ``graph``: time CUDA-graph
+    replays (:func:`time_samples_us`; CUDA only, BackendError elsewhere, before anything runs);
+    a variant whose capture fails is "not runnable" with the reason.
     """
+    if graph and not device.startswith("cuda"):
+        raise BackendError(f"CUDA-graph timing needs the cuda backend, not {device!r}")
     from mamba3_perf import tilelang_row
     from mamba3_perf.kernels.checking import oracles
     variants = [variant_name(s) for s in stages if s != TILELANG]
@@ -316,7 +331,7 @@ def measure(cases: Iterable[Case], stages: Sequence[str], *, device: str, timing
         del oracle
         _free(device)
         timed = _time_interleaved(todo, case, device=device, timing_kind=timing_kind,
-                                  warmup_ms=warmup_ms, rep_ms=rep_ms, rounds=rounds)
+                                  warmup_ms=warmup_ms, rep_ms=rep_ms, rounds=rounds, graph=graph)
         if progress:
             for v in todo:
                 progress(f"{case.id} {v}")
@@ -408,20 +423,22 @@ def run_bench(cases: Sequence[Case], stages: Sequence[str], *, backend, out_root
               name: str | None = None, warmup_ms: float = 25, rep_ms: float = 100,
               tilelang: bool = False, json_path: str | Path | None = None,
               progress: Progress | None = None, rounds: int = 1,
-              skip: dict[str, str] | None = None, check: bool = True) -> BenchResult:
+              skip: dict[str, str] | None = None, check: bool = True,
+              graph: bool = False) -> BenchResult:
     """``perf bench``: measure, store the run (timings + accuracy), build the ladder and the
     optional JSON record (written atomically). ``check=False`` skips the golden (and its fp64
-    memory): rows say "accuracy not checked"."""
+    memory): rows say "accuracy not checked". ``graph``: time CUDA-graph replays (the meta's
+    ``cuda_graph``; :func:`measure`)."""
     from mamba3_perf.reports.record import ladder_with_limits
     from mamba3_perf.runs import create_run, read_run, write_text_atomic
 
     timings, accuracy = measure(cases, stages, device=backend.device,
                                 timing_kind=backend.timing_kind, warmup_ms=warmup_ms,
                                 rep_ms=rep_ms, progress=progress, tilelang=tilelang,
-                                rounds=rounds, skip=skip, check=check)
+                                rounds=rounds, skip=skip, check=check, graph=graph)
     stage_list = list(stages) + ([TILELANG] if tilelang and TILELANG not in stages else [])
     meta = run_meta(backend, cases, stage_list, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                    rounds=rounds)
+                    rounds=rounds, cuda_graph=graph)
     name = name or default_run_name("bench")
     with create_run(out_root, name, meta) as w:
         w.write_table("timings", timings)
@@ -450,8 +467,9 @@ def merge_records(records: Sequence[dict], *, command: str,
     if not records:
         raise ValueError("merge_records: no records given")
     meta = dict(records[0]["meta"])
-    for key in ("device", "backend", "timing_kind", "stages"):
-        vals = {json.dumps(r["meta"].get(key)) for r in records}
+    for key in ("device", "backend", "timing_kind", "cuda_graph", "stages"):
+        # records from before CUDA-graph timing have no cuda_graph: they timed eager calls
+        vals = {json.dumps(r["meta"].get(key, False if key == "cuda_graph" else None)) for r in records}
         if len(vals) > 1:
             raise ValueError(f"merge_records: the records differ in {key}: {sorted(vals)}")
     cases, seen = [], set()

@@ -223,6 +223,25 @@ def test_merge_records_refuses_mixed_devices_and_repeated_cases():
         bench.merge_records([], command="x")
 
 
+def test_merge_records_refuses_mixed_graph_and_eager_timings():
+    a, b = _part("N16_P64_R4_C8", 400.0, "a"), _part("N32_P64_R4_C16", 900.0, "b")
+    a["meta"].pop("cuda_graph", None)  # a record from before graph timing: eager calls
+    b["meta"]["cuda_graph"] = False
+    assert bench.merge_records([a, b], command="x")["meta"]["cases"][1]["id"] == "N32_P64_R4_C16"
+    b["meta"]["cuda_graph"] = True
+    with pytest.raises(ValueError, match="differ in cuda_graph"):
+        bench.merge_records([a, b], command="x")
+
+
+def test_graph_timing_needs_cuda_and_says_so_before_running(monkeypatch):
+    monkeypatch.setattr(bench, "variant_runner", lambda *a: pytest.fail("ran a variant"))
+    with pytest.raises(BackendError, match="CUDA-graph timing needs the cuda backend"):
+        bench.measure([get_case("pw-1")], ["stage0"], device="cpu", timing_kind="interpreter",
+                      graph=True)
+    with pytest.raises(BackendError, match="CUDA-graph timing needs a CUDA device"):
+        bench.time_samples_us(lambda: pytest.fail("called"), device="cpu", graph=True)
+
+
 def test_sweep_launch_targets_are_the_kernels_launch_dicts():
     """benchmarks/sweep_launch.py varies the very dicts the launchers read (mutated in place)."""
     import runpy

@@ -40,6 +40,9 @@ def bench(
                                               "in turn, samples pooled)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write one JSON record "
                                                                  "(meta, timings, accuracy, ladder, limits)"),
+    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="time CUDA-graph replays of one call "
+                                                                "(CUDA only): the device time without "
+                                                                "the host's launch path"),
 ):
     """Check every stage against the fp64 golden, time those that pass, store the run."""
     from mamba3_perf import backend as be
@@ -48,7 +51,7 @@ def bench(
     if bk.timing_kind == "interpreter":
         typer.echo(INTERPRETER_NOTE)
     from mamba3_perf.bench import run_bench, select_cases, select_stages
-    from mamba3_perf.reports.console import ladder_means, run_summary
+    from mamba3_perf.reports.console import ladder_means, run_summary, run_title
 
     case_list = select_cases(cases)
     stage_list, tilelang = select_stages(stages)
@@ -56,8 +59,8 @@ def bench(
     with progress_bar(total, "bench") as progress:
         res = run_bench(case_list, stage_list, backend=bk, out_root=out, name=name,
                         warmup_ms=warmup_ms, rep_ms=rep_ms, tilelang=tilelang,
-                        json_path=json_out, progress=progress, rounds=rounds)
-    typer.echo(run_summary(res.table, title=f"Run {res.run_path.name} ({bk.name}, {bk.timing_kind})"))
+                        json_path=json_out, progress=progress, rounds=rounds, graph=cuda_graph)
+    typer.echo(run_summary(res.table, title=run_title(res.run_path.name, bk, cuda_graph)))
     typer.echo(ladder_means(res.summary))
     typer.echo(f"wrote {res.run_path}")
     if res.json_path is not None:

@@ -41,6 +41,7 @@ def profile(
     from mamba3_perf import profile as prof
     from mamba3_perf.analysis.ladder import load_gpu_baseline
     from mamba3_perf.bench import select_stages
+    from mamba3_perf.reports.console import run_title
     from mamba3_perf.reports.record import console_text
 
     c = (case_options(shape, case, n, p, rank, chunk, dtype) if shape or case
@@ -56,8 +57,7 @@ def profile(
         res = prof.profile_run(c, stage_list, bk, out_root=out, name=name,
                                tilelang=not no_tilelang, hw_metrics=hw_metrics,
                                baseline=baseline, progress=progress)
-    typer.echo(console_text(res.report, title=f"Run {res.run_path.name}: {c.shape_label} "
-                                              f"({bk.name}, {bk.timing_kind})"))
+    typer.echo(console_text(res.report, title=run_title(f"{res.run_path.name}: {c.shape_label}", bk)))
     for w in res.warnings:
         typer.echo(f"warning: {w}", err=True)
     for path in (res.run_path, *res.report.written, res.timeline):

@@ -43,6 +43,12 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     return t
 
 
+def run_title(name: str, backend, cuda_graph: bool = False) -> str:
+    """The title of a timed run: its name, backend and how it was timed."""
+    how = backend.timing_kind + (", CUDA-graph replays" if cuda_graph else "")
+    return f"Run {name} ({backend.name}, {how})"
+
+
 def run_summary(table: pd.DataFrame, *, title: str = "Run summary", width: int = 160) -> str:
     """Per case and variant: status, median, spread, speedup, TileLang ratio, fractions of limits.
 

@@ -46,7 +46,9 @@ def _what_when_where(meta: dict) -> str:
     clocks = meta.get("clocks") or {}
     rows = [
         ["device", meta.get("device")], ["backend", meta.get("backend")],
-        ["timing kind", meta.get("timing_kind")], ["created", meta.get("created")],
+        ["timing kind", meta.get("timing_kind")],
+        ["timed as", "CUDA-graph replays of one call" if meta.get("cuda_graph") else None],
+        ["created", meta.get("created")],
         ["command", meta.get("command")], ["git commit", meta.get("git_commit")],
         ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)],
         ["driver", meta.get("driver")],

@@ -37,6 +37,13 @@ def test_bench_unknown_stage_is_one_line_exit_2(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
+def test_bench_cuda_graph_without_cuda_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["bench", "--cases", "pw-1", "--stages", "stage0", "--cuda-graph", "--out",
+                 str(tmp_path)]) == 2
+    assert "CUDA-graph timing needs the cuda backend" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_bench_help():
     res = runner.invoke(app, ["bench", "--help"])
     assert res.exit_code == 0 and "--cases" in res.output
