@@ -15,44 +15,22 @@ without a GPU, so the device run starts from binaries.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import itertools
 import json
 
 from sweep_launch import measure
 
-PACKAGE = "mamba3_perf.kernels.bwd_bwd"
+from mamba3_perf.kernels import knobs as knobs_lib
+from mamba3_perf.kernels.knobs import knobs_set
 
 
-def parse_knobs(specs: list[str]) -> list[tuple[object, str, list[int | None]]]:
-    """``MODULE.ATTR=v,...`` strings -> [(module, attr, values)]; a bad spec exits with its reason."""
-    out = []
-    for spec in specs:
-        name, _, values = spec.partition("=")
-        module, _, attr = name.rpartition(".")
-        try:
-            mod = importlib.import_module(f"{PACKAGE}.{module}")
-            vals = [None if v.strip().lower() == "none" else int(v) for v in values.split(",")]
-        except (ImportError, ValueError) as e:
-            raise SystemExit(f"--knob {spec!r}: {e}") from None
-        if not attr or not hasattr(mod, attr) or not values:
-            raise SystemExit(f"--knob {spec!r}: expected MODULE.ATTR=v,... naming an attribute of {PACKAGE}.MODULE")
-        out.append((mod, attr, vals))
-    return out
 
-
-@contextlib.contextmanager
-def knobs_set(knobs, values):
-    """The knobs set to ``values`` inside, restored on the way out."""
-    saved = [getattr(mod, attr) for mod, attr, _ in knobs]
+def parse_knobs(specs: list[str]):
+    """kernels.knobs.parse_knobs, a bad spec exiting with its reason."""
     try:
-        for (mod, attr, _), v in zip(knobs, values):
-            setattr(mod, attr, v)
-        yield
-    finally:
-        for (mod, attr, _), v in zip(knobs, saved):
-            setattr(mod, attr, v)
+        return knobs_lib.parse_knobs(specs)
+    except ValueError as e:
+        raise SystemExit(f"--{e}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     w = sub.add_parser("warm", help="fill TRITON_CACHE_DIR with a GPU's binaries of cases at full size")
     w.add_argument("cases", help="case ids or sets, comma-separated (as perf bench --cases)")
     w.add_argument("stages", help="stages, comma-separated")
+    for p in (c, w):
+        p.add_argument("--knob", action="append", default=[], metavar="MODULE.ATTR=v",
+                       help="set a kernels knob (kernels.knobs) for this compile; repeatable")
     k = sub.add_parser("pack", help="tar a Triton cache's binaries for unpacking at an absolute path "
                                     "on the GPU machine (point TRITON_CACHE_DIR there)")
     k.add_argument("cache_dir")
@@ -220,6 +223,19 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "pack":
         print(f"{pack_cache(a.cache_dir, a.out, at=a.at)} kernels -> {a.out}")
         return
+    from mamba3_perf.kernels.knobs import knobs_set, parse_knobs
+
+    try:
+        knobs = parse_knobs(a.knob)
+    except ValueError as e:
+        ap.error(str(e))
+    if any(len(vals) != 1 for _, _, vals in knobs):
+        ap.error("--knob takes one value here (MODULE.ATTR=v)")
+    with knobs_set(knobs, [vals[0] for _, _, vals in knobs]):
+        _compile_or_warm(a)
+
+
+def _compile_or_warm(a) -> None:
     if a.cmd == "warm":
         from mamba3_perf.bench import select_cases
 

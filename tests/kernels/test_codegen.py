@@ -95,3 +95,13 @@ def test_packed_cache_is_found_where_it_is_unpacked(tmp_path):
     # a recompile would have rewritten the groups with the IR files again
     assert not list(at.glob("*/*.ttir"))
     assert all(len(json.loads(g.read_text())["child_paths"]) == 2 for g in at.glob("*/__grp__*.json"))
+
+
+@pytest.mark.parametrize("knob,why", [("nomodule.X=1", "knob 'nomodule.X=1'"),
+                                      ("aux_gluon.WIDE_P=0,1", "one value here")])
+def test_codegen_refuses_a_bad_knob(knob, why, capsys):
+    from mamba3_perf.kernels import codegen
+
+    with pytest.raises(SystemExit) as e:
+        codegen.main(["compile", "stage0", "16", "16", "1", "16", "--knob", knob])
+    assert e.value.code == 2 and why in capsys.readouterr().err

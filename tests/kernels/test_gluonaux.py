@@ -25,6 +25,14 @@ def test_gluon_aux_shapes(case_meta, case_id, runs):
     assert aux_gluon.supported(case_meta(case_id)) is runs
 
 
+def test_gluon_aux_at_p128_only_with_its_knob(case_meta, monkeypatch):
+    """P = 128 is written and compiled, not yet run on a GPU: off until measured."""
+    assert aux_gluon.WIDE_P is False
+    monkeypatch.setattr(aux_gluon, "WIDE_P", True)
+    assert aux_gluon.supported(case_meta("small-N64_P128_R4_C16"))
+    assert not aux_gluon.supported(case_meta("small-N128_P128_R4_C8"))  # C*R = 32
+
+
 def test_gluon_aux_only_on_hopper(case_meta):
     case = get_case("small-N64_P64_R4_C16")
     assert not stage24_gluonaux.uses_gluon_aux(prepare(case, device="cpu"), case_meta(case))  # CPU
@@ -47,6 +55,18 @@ def test_gluon_aux_compiles_for_sm90(compile_stage, shape):
     assert wgmma == sorted({(16, 16, 8), (16, 64, 8), (16, shape[1], 8)}), wgmma
 
 
+def test_gluon_aux_at_p128_compiles_for_sm90_in_one_program_per_sm(compile_stage):
+    """With aux_gluon.WIDE_P: the aux forms the increments at P = 128 too (two products of 64
+    rows), so the pipeline launches the scan alone (no increment kernel), and the aux fits one
+    program's shared memory per SM."""
+    ks = compile_stage("stage25_subchunk", 64, 128, 4, 16, "", knobs=["aux_gluon.WIDE_P=1"])
+    assert "bwd_bwd_pass_increment_kernel" not in ks and "bwd_bwd_pass_scan_kernel" in ks, sorted(ks)
+    k = ks["bwd_bwd_aux_gluon_kernel"]
+    assert k["num_warps"] == 4 and k["shared"] <= H200_SMEM, k["shared"]
+    wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
+    assert wgmma == [(16, 16, 8), (16, 64, 8), (16, 128, 8)], wgmma
+
+
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 
@@ -56,5 +76,17 @@ HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 def test_gluon_stages_match_golden_on_hopper(stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon
     aux runs only with those)."""
+    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("stage", ["stage24_gluonaux", "stage25_subchunk"])
+@pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD"])
+def test_gluon_aux_at_p128_matches_golden_on_hopper(stage, case_id, monkeypatch):
+    """aux_gluon.WIDE_P on: P = 128 through the Gluon aux (and, on hop-fp16-noD, P = 64 with the
+    knob on: unchanged)."""
+    monkeypatch.setattr(aux_gluon, "WIDE_P", True)
+    case = get_case(case_id)
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]

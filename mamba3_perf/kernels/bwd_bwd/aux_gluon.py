@@ -17,6 +17,13 @@ Each fp32-level product is tf32x3 (lo.hi, hi.lo, hi.hi, as common.fdot) on async
 the two products stage22 runs at one TF32 pass (PQ: dQ's intra-chunk and cached-state terms,
 with 16-bit cached states) run at one pass here too. TF32 wgmma reads K-major operands only, so
 operands are written to shared memory in the orientation each product needs.
+
+At P = 128 (:data:`WIDE_P`, off until measured) the increments' [P, NB] product runs as two of
+64 rows, PsiV's TF32 parts are the A operand of PsiV dPhiO^T from shared memory, and the
+[M, P] parts held across dPsiV's product are reloaded instead (ptxas, Triton 3.6, sm_90: 160 KB
+of shared memory, one program per SM, 255 registers and 448 B of spill stores, against 2100 B
+for stage22's Triton aux there, which leaves the increments to a kernel of their own). At
+P <= 64 those branches are not taken: the same PTX as before them.
 """
 from __future__ import annotations
 
@@ -47,6 +54,17 @@ def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_s, row, row_st, col):
 
 
 @gluon.jit
+def _weighted_operands(dkqw, AB: gl.constexpr, SS_L: gl.constexpr):
+    """The weighted scores as A operands of the N walk: dkqw's TF32 parts in registers (dK; K =
+    q) and the high part of dkqw^T in shared memory (dQ's one pass)."""
+    w_hi, w_lo = tf32_split(dkqw)
+    wa_hi = gl.convert_layout(w_hi, AB)
+    wa_lo = gl.convert_layout(w_lo, AB)
+    wth_s = gl.allocate_shared_memory(gl.float32, [dkqw.shape[1], dkqw.shape[0]], SS_L, gl.permute(w_hi, (1, 0)))
+    return wa_hi, wa_lo, wth_s
+
+
+@gluon.jit
 def bwd_bwd_aux_gluon_kernel(
     q1_desc, k1_desc, q2_desc, k2_desc, st_desc,
     QKDOT, DSKIP, GAM_S, TS_S, ECS_S, WT_S,
@@ -55,8 +73,10 @@ def bwd_bwd_aux_gluon_kernel(
     DOUT, V, MV, MO,
     S, H,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
-    NB: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
+    NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
 ):
+    """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
+    P = 128 as two products of M rows each."""
     CR: gl.constexpr = C * R
     MT: gl.constexpr = M // R  # steps of the M rows
     bhc, bh, b, h, c = chunk_coords(S, H, C)
@@ -100,11 +120,20 @@ def bwd_bwd_aux_gluon_kernel(
     PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, M], gl.float32)
     dph_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_hi)
     dpl_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_lo)
-    fence_async_shared()
-    cta_barrier()
-    # dkq = PsiV dPhiO^T [M(k), M(q)]: K = P
-    dkq = dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
-                dpl_s.permute((1, 0)), gl.zeros([M, M], gl.float32, MS), False)
+    # dkq = PsiV dPhiO^T [M(k), M(q)]: K = P; PsiV's parts the A operand from shared memory at
+    # P > M (as dot operands in registers, [M, 128] twice, they spill)
+    if P > M:
+        psh_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, ps_hi)
+        psl_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, ps_lo)
+        fence_async_shared()
+        cta_barrier()
+        dkq = dot3(psh_s, psl_s, dph_s.permute((1, 0)), dpl_s.permute((1, 0)),
+                   gl.zeros([M, M], gl.float32, MS), False)
+    else:
+        fence_async_shared()
+        cta_barrier()
+        dkq = dot3(gl.convert_layout(ps_hi, AS), gl.convert_layout(ps_lo, AS), dph_s.permute((1, 0)),
+                   dpl_s.permute((1, 0)), gl.zeros([M, M], gl.float32, MS), False)
 
     # ---------------------------------------------------------------- k.q^T over N
     i_s = gl.arange(0, M, layout=gl.SliceLayout(1, MS))
@@ -180,27 +209,31 @@ def bwd_bwd_aux_gluon_kernel(
     gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < CR)[:, None])
     # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
     # dkqw^T in shared memory (dQ's one pass)
-    w_hi, w_lo = tf32_split(dkqw)
-    wa_hi = gl.convert_layout(w_hi, AB)
-    wa_lo = gl.convert_layout(w_lo, AB)
     SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
-    wth_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L, gl.permute(w_hi, (1, 0)))
+    if P <= M:
+        wa_hi, wa_lo, wth_s = _weighted_operands(dkqw, AB, SS_L)
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
-    dphio = dp_hi + dp_lo  # exact
+    if P > M:  # reloaded: [M, P] parts held in registers across dPsiV's product spill at P = 128
+        dphio = dph_s.load(ROW) + dpl_s.load(ROW)  # exact
+    else:
+        dphio = dp_hi + dp_lo  # exact
     if HAS_D:
         dpsiv += gl.load(DSKIP + h) * gl.convert_layout(dphio, MP)
     gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv, mask=(i_p < CR)[:, None])
-    # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on M rows (those past P zero)
+    # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on PR rows (those past P zero)
     ecs_r = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
     de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
-    deh_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L)
-    del_s = gl.allocate_shared_memory(gl.float32, [M, M], SS_L)
+    DE_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PR, M], gl.float32)
+    deh_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
+    del_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
     deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
     del_s.slice(0, P, dim=0).store(gl.permute(de_lo, (1, 0)))
     if P < M:
         deh_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
         del_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
+    if P > M:  # formed once dPhiO's [M, P] registers are free: held beside them, they spill
+        wa_hi, wa_lo, wth_s = _weighted_operands(dkqw, AB, SS_L)
 
     # ---------------------------------------------------------------- N walk
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
@@ -235,8 +268,11 @@ def bwd_bwd_aux_gluon_kernel(
         st_s.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
         fence_async_shared()
         cta_barrier()
-        inc = dot3(deh_s, del_s, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
-                    gl.zeros([M, NB], gl.float32, MB), False)
+        inc = dot3(deh_s.slice(0, M, dim=0), del_s.slice(0, M, dim=0), qth_s.permute((1, 0)),
+                   qtl_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
+        if PR > M:  # P = 2M: the increments' rows M..P
+            inc_hi = dot3(deh_s.slice(M, M, dim=0), del_s.slice(M, M, dim=0), qth_s.permute((1, 0)),
+                          qtl_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
         dks = dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
         dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
@@ -244,8 +280,11 @@ def bwd_bwd_aux_gluon_kernel(
         dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                use_acc=False, is_async=True)
         qr_b = q2_buf.index(slot).load(MB)
-        inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         cols = j * NB + n_b
+        if PR > M:
+            inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
+            gl.store(DST_S + (bhc * N + cols[None, :]) * P + M + i_b[:, None], inc_hi)  # rows: p - M
+        inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < CR)[:, None])
         gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
@@ -257,15 +296,23 @@ def bwd_bwd_aux_gluon_kernel(
     gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < C)
 
 
+# P = 128 (the increments as two products of 64 rows; ~190 KB of shared memory, one program per
+# SM, as terms_gluon at P = 128): written and compiled for sm_90, not yet run on a GPU, so off
+# until the H200 has checked it against the golden and timed it (benchmarks/sweep_knob.py
+# --knob aux_gluon.WIDE_P=0,1 --cases N64_P128_R4_C16: every combination golden-checked)
+WIDE_P: bool = False
+
+
 def supported(meta) -> bool:
     """The shapes this kernel runs on: C*R = 64 fused rows (a warpgroup's least), P = 64 or 32
-    (the increments' [P, NB] product on 64 rows), N a multiple of 32 (whole k / q blocks of both
-    N walks). The kernel also computes C*R = 32 on 64 rows (the padded rows' paths are written
+    (the increments' [P, NB] product on 64 rows; 128 too with WIDE_P), N a multiple of 32 (whole
+    k / q blocks of both N walks). The kernel also computes C*R = 32 on 64 rows (the padded rows' paths are written
     and golden-checked on the H200: hopper set, hop-C8), but there it measured slower than
     stage22's aux with its wave pass: on N256_P64_R4_C8 the Gluon aux took 3383 us and the scan
     549 against 1866 us for the Triton aux and 772 for the wave pass
     (records/profile-N256_P64_R4_C8-gluonaux-db00c95/aux-c32/), so C*R = 32 keeps stage22's."""
-    return meta.C * meta.R == 64 and meta.P in (32, 64) and meta.N % AUX_NB1 == 0
+    widths = (32, 64, 128) if WIDE_P else (32, 64)
+    return meta.C * meta.R == 64 and meta.P in widths and meta.N % AUX_NB1 == 0
 
 
 AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
@@ -290,6 +337,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
         meta.S, meta.H,
-        N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, HAS_D=meta.has_d,
+        N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
+        HAS_D=meta.has_d,
         REDUCE_O=meta.reduce_o, num_warps=4,
     )

@@ -38,9 +38,12 @@ def forms_increments(meta) -> bool:
     return stage19_splitdot.splits_aux(meta)
 
 
-def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage20's pipeline; ``kw``: more stage19_splitdot.run_with keywords (stage21)."""
-    stage19_splitdot.run_with(x, out, meta, aux_increments=forms_increments(meta), **kw)
+def run_with(x: dict, out: dict, meta, *, aux_increments: bool | None = None, **kw) -> None:
+    """stage20's pipeline; ``aux_increments``: whether the aux forms the increments (None:
+    :func:`forms_increments`; stage24's Gluon aux always does); ``kw``: more
+    stage19_splitdot.run_with keywords (stage21)."""
+    inc = forms_increments(meta) if aux_increments is None else aux_increments
+    stage19_splitdot.run_with(x, out, meta, aux_increments=inc, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

@@ -24,7 +24,7 @@ slower (N128_P64_R2_C32), 1.137x slower in geomean there.
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage13_diagpost, stage20_auxinc, stage23_gluonterms
+from mamba3_perf.kernels.bwd_bwd import stage13_diagpost, stage23_gluonterms
 from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, is_hopper
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -38,17 +38,18 @@ def uses_gluon_aux(x: dict, meta) -> bool:
     """Whether this stage runs the Gluon aux on ``x``'s device for ``meta``: a Hopper GPU, a shape
     aux_gluon is written for, 16-bit inputs and cached states (where stage22 runs dQ's two
     products at one TF32 pass: common.split_precisions' PQ), and the aux configuration it
-    implements (the diagonal weight blocks: stage13's rule; the increments: stage20's rule, with
-    the state pass split into increments and scan wherever this aux runs, stage17's rule or not:
-    the increments cost this aux one product per N block)."""
+    implements (the diagonal weight blocks: stage13's rule). It always forms the increments (one
+    product per N block), so wherever it runs the state pass is the scan alone, stage17's and
+    stage20's rules or not (on the P <= 64 shapes it takes, stage20 forms them anyway)."""
     return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta)
             and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
-            and stage13_diagpost.moves_diagonal(meta) and stage20_auxinc.forms_increments(meta))
+            and stage13_diagpost.moves_diagonal(meta))
 
 
 def run_with(x: dict, out: dict, meta, **kw) -> None:
     """stage24's pipeline; ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
-    gluon = dict(aux=aux_gluon.launch_aux, split=True) if uses_gluon_aux(x, meta) else {}
+    gluon = (dict(aux=aux_gluon.launch_aux, split=True, aux_increments=True)
+             if uses_gluon_aux(x, meta) else {})
     stage23_gluonterms.run_with(x, out, meta, **gluon, **kw)
 
 
