@@ -88,13 +88,19 @@ def test_scratch_views_are_aligned_disjoint_and_shaped(case_meta):
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 
-@pytest.mark.parametrize("case_id,steps", [("small-N128_P64_R4_C16", 4), ("pw-2", 2), ("tail-40", 16)])
-def test_pre_programs_heads_inner_match_golden(monkeypatch, case_id, steps):
-    """The pre kernel with its programs in (b, chunk, head) order (PRE_HEADS_INNER), alone and on
-    sub-chunks: every program still finds its own (b, h, chunk) and the first sub-chunk of each
-    chunk stores the chunk's decay (a missed store: NaN from conftest's torch.empty)."""
-    monkeypatch.setattr(stage25_subchunk, "PRE_HEADS_INNER", True)
-    monkeypatch.setattr(stage25_subchunk, "PRE_STEPS", steps)
+@pytest.mark.parametrize("knob", ["PRE_HEADS_INNER", "POST_HEADS_INNER"])
+@pytest.mark.parametrize("case_id,steps", [
+    ("small-N128_P64_R4_C16", 4),  # post: stage21's halves kernel
+    ("pw-2", 2), ("tail-40", 16),  # post: stage21's kernel with DANGLES from registers
+    ("small-N128_P64_R8_C8", None),  # post: stage11's kernel, whole chunks (R = 8)
+])
+def test_programs_heads_inner_match_golden(monkeypatch, knob, case_id, steps):
+    """The pre or post kernel with its programs in (b, chunk, head) order (PRE_ / POST_HEADS_INNER),
+    on whole chunks and on sub-chunks: every program still finds its own (b, h, chunk) and the
+    first sub-chunk of each chunk stores the chunk's decay (a missed store: NaN from conftest's
+    torch.empty)."""
+    monkeypatch.setattr(stage25_subchunk, knob, True)
+    monkeypatch.setattr(stage25_subchunk, knob.split("_")[0] + "_STEPS", steps)
     c = get_case(case_id)
     assert c.H > 1 and c.S // c.C > 1
     rows = check_stage("stage25_subchunk", c)

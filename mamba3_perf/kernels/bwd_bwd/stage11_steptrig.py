@@ -131,13 +131,14 @@ def bwd_bwd_post_steptrig_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
 ):
     """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
     over the ranks; DANGLES sums the ranks of a [C, R, RD] tile. DIAG_BLOCKS (stage13): the
     qk_dot diagonal terms from the aux's same-step weight blocks GDB and the pre-rotation q / k,
-    R fp32 multiply-adds per element, instead of the aux's DQD / DKD rows."""
-    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    R fp32 multiply-adds per element, instead of the aux's DQD / DKD rows. HEADS_INNER: program
+    ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob)."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     CR: tl.constexpr = C * R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
     n3 = n[None, None, :]
@@ -175,14 +176,16 @@ def bwd_bwd_post_steptrig_kernel(
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
              post_launch: dict | None = None, pre_kernel=None, post_kernel=None, pre_steps: int | None = None,
-             post_steps: int | None = None, pre_heads_inner: bool = False, **kw) -> None:
+             post_steps: int | None = None, pre_heads_inner: bool = False, post_heads_inner: bool = False,
+             **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
     ``pre_kernel`` / ``post_kernel``: other pre / post kernels of this stage's signatures
     (stage21); ``pre_steps`` / ``post_steps``: the pre / post kernel's time steps per program
-    (stage1_pre.launch_pre's / prod.launch_post's ``steps``; stage25); ``pre_heads_inner``:
-    launch_pre's ``heads_inner`` (stage25); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
+    (stage1_pre.launch_pre's / prod.launch_post's ``steps``; stage25); ``pre_heads_inner`` /
+    ``post_heads_inner``: launch_pre's / launch_post's ``heads_inner`` (stage25); ``kw``: more
+    stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
                               inputs=stage10_fewscratch.reads_inputs(meta),
@@ -192,7 +195,8 @@ def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms:
                                                     heads_inner=pre_heads_inner),
                               post=functools.partial(prod.launch_post,
                                                      kernel=post_kernel or bwd_bwd_post_steptrig_kernel,
-                                                     diag_blocks=False, launch=post_launch, steps=post_steps),
+                                                     diag_blocks=False, launch=post_launch, steps=post_steps,
+                                                     heads_inner=post_heads_inner),
                               **kw)
 
 

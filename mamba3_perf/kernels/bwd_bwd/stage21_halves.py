@@ -137,12 +137,14 @@ def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3,
 @triton.jit
 def _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS,
                  S, H, G, N, RD, C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
-                 INPUTS: tl.constexpr, GDB_S, DIAG_BLOCKS: tl.constexpr, REG_DANGLES: tl.constexpr):
+                 INPUTS: tl.constexpr, GDB_S, DIAG_BLOCKS: tl.constexpr, REG_DANGLES: tl.constexpr,
+                 HEADS_INNER: tl.constexpr):
     """The post kernel on half tiles: the diagonal terms of both sides first (stage11's
     _diag_terms on each half), then dx_j = cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the
     rotated-domain gradient, j' = j + N/2) for dQ and dK; DANGLES from the half tiles in
-    registers (REG_DANGLES), or as stage11 forms it, on [C, R, BRD] tiles loaded again."""
-    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R)
+    registers (REG_DANGLES), or as stage11 forms it, on [C, R, BRD] tiles loaded again.
+    HEADS_INNER: program ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob)."""
+    b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     CR: tl.constexpr = C * R
     BH: tl.constexpr = BN // 2
     hq = h // (H // G)
@@ -180,12 +182,12 @@ def bwd_bwd_post_halves_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) with dQ / dK on half
     tiles, DANGLES as stage11 forms it."""
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
-                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False)
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False, HEADS_INNER)
 
 
 @triton.jit
@@ -195,12 +197,12 @@ def bwd_bwd_post_halves_regs_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles, DANGLES
     from the rotated-domain rows in registers and the pre-rotation halves."""
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
-                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True)
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True, HEADS_INNER)
 
 
 def pre_kernel(meta):

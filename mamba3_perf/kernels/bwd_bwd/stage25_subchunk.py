@@ -39,10 +39,15 @@ POST_STEPS: int | None = None
 POST_WARPS: int | None = None
 PRE_STEPS: int | None = None
 PRE_WARPS: int | None = None
-# the pre kernel's programs in (b, chunk, head) order (common.chunk_coords' HEADS_INNER): where
-# G < H a chunk's heads read the same q / k rows, and program order decides whether L2 serves
-# them once; a knob to measure (off: not yet measured on a GPU)
+# the pre / post kernel's programs in (b, chunk, head) order (common.chunk_coords' HEADS_INNER):
+# where G < H a chunk's heads read the same q / k rows (the post kernel: for DANGLES and the
+# diagonal terms), and program order decides whether L2 serves them once. In (b, head, chunk)
+# order a head's programs stream q / k of all chunks of b (8.4 MB on N256_P64_R4_C8) and write
+# QR / KR (34 MB) before the next head rereads them: past L2's 50 MB, so every head reads q / k
+# from HBM again, ~0.54 GB more for the pre kernel there, which would explain its 895 us where
+# its bytes predict ~370 (a model, not a measurement). Knobs to measure (off: not yet measured)
 PRE_HEADS_INNER: bool = False
+POST_HEADS_INNER: bool = False
 
 
 # elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
@@ -112,6 +117,8 @@ def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
     if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True
+    if POST_HEADS_INNER:  # every post kernel stage25 launches (stage11's, stage21's) takes it
+        kw["post_heads_inner"] = True
     for name, launch in (("post_launch", post_launch(meta)), ("pre_launch", pre_launch(meta))):
         if launch is not None:
             kw[name] = launch
