@@ -242,6 +242,37 @@ def test_graph_timing_needs_cuda_and_says_so_before_running(monkeypatch):
         bench.time_samples_us(lambda: pytest.fail("called"), device="cpu", graph=True)
 
 
+def test_graph_timing_times_replays_of_one_captured_call(monkeypatch):
+    """The wiring of graph timing, with capture and do_bench stood in (no CUDA here): the
+    variant's call is captured once per timing round and do_bench times the replay, not it."""
+    import triton.testing
+
+    from mamba3_perf.kernels import graphs
+
+    calls, captured = [], []
+
+    class Graph:
+        def replay(self):
+            calls.append("replay")
+
+    def capture(fn):
+        captured.append(fn)
+        return Graph(), None
+
+    def do_bench(fn, warmup, rep, return_mode):
+        assert return_mode == "all"
+        fn()
+        return [0.25, 0.5]
+
+    monkeypatch.setattr(graphs, "capture", capture)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    variant = lambda: calls.append("eager")  # noqa: E731
+    rows = bench._time_interleaved({"v": (variant, "ok", "")}, get_case("pw-1"), device="cuda",
+                                   timing_kind="device", warmup_ms=1, rep_ms=1, rounds=2, graph=True)
+    assert captured == [variant, variant] and calls == ["replay", "replay"]
+    assert rows["v"]["n_reps"] == 4 and rows["v"]["median_us"] == pytest.approx(375.0)
+
+
 def test_sweep_launch_targets_are_the_kernels_launch_dicts():
     """benchmarks/sweep_launch.py varies the very dicts the launchers read (mutated in place)."""
     import runpy
