@@ -7,9 +7,9 @@ stage25_subchunk call against ~0.7 ms of kernels on N128_P64_R1_C64 on the H200
 a call is one graph launch; the kernels and their arguments are the captured ones.
 
 The contract is CUDA graphs' own: a replay reads the tensors the capture was made with and
-writes the same output buffers every time. Refill the inputs in place (``x["q"].copy_(new)``),
-replay, and read (or copy) the outputs before the next replay overwrites them; shapes, dtypes
-and strides stay those of the capture.
+writes the same output buffers every time. Refill the inputs in place (``x["q"].copy_(new)``, or
+pass them to the call: :func:`refill`), replay, and read (or copy) the outputs before the next
+replay overwrites them; shapes, dtypes and strides stay those of the capture.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class GraphedBwdBwd:
 
         x = make_inputs(case, device="cuda")
         step = GraphedBwdBwd(x, chunk_size=case.C, stage="stage25_subchunk")
-        grads = step()            # after refilling x's tensors in place
+        grads = step(q=q2, k=k2)  # copies q2, k2 into x's q, k, then replays
     """
 
     def __init__(self, inputs: dict, *, chunk_size: int = 16, rotary_dim_divisor: int = 4,
@@ -69,6 +69,28 @@ class GraphedBwdBwd:
         self.inputs = inputs
         self.graph, self.outputs = capture(lambda: mamba3_mimo_bwd_bwd(**inputs, **kw))
 
-    def __call__(self) -> dict:
+    def __call__(self, **inputs) -> dict:
+        """Replay; ``inputs`` (any of the captured ones, by name) are first copied into the
+        captured tensors (:func:`refill`)."""
+        refill(self.inputs, inputs)
         self.graph.replay()
         return self.outputs
+
+
+def refill(captured: dict, new: dict) -> None:
+    """Copy ``new``'s tensors into the ``captured`` ones of the same names, in place. Raises
+    ShapeError, before copying anything, for a name not captured (or captured as None) and for a
+    shape, dtype or device other than the captured tensor's: a replay reads those buffers as
+    they were laid out at capture."""
+    for name, t in new.items():
+        dst = captured.get(name)
+        if not isinstance(dst, torch.Tensor):
+            raise ShapeError(f"{name}: not a tensor of the capture (captured: "
+                             f"{', '.join(k for k, v in captured.items() if isinstance(v, torch.Tensor))})")
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"{name}: expected a torch.Tensor, received {type(t).__name__}")
+        if (t.shape, t.dtype, t.device) != (dst.shape, dst.dtype, dst.device):
+            raise ShapeError(f"{name}: expected {list(dst.shape)} {dst.dtype} on {dst.device} as captured, "
+                             f"received {list(t.shape)} {t.dtype} on {t.device}")
+    for name, t in new.items():
+        captured[name].copy_(t)
