@@ -67,7 +67,8 @@ class GraphedBwdBwd:
         kw = dict(chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
                   output_dtype=output_dtype, stage=stage)
         self.inputs = inputs
-        self.graph, self.outputs = capture(lambda: mamba3_mimo_bwd_bwd(**inputs, **kw))
+        with torch.cuda.device(q.device):  # the capture stream and the launches on q's GPU
+            self.graph, self.outputs = capture(lambda: mamba3_mimo_bwd_bwd(**inputs, **kw))
 
     def __call__(self, **inputs) -> dict:
         """Replay; ``inputs`` (any of the captured ones, by name) are first copied into the
