@@ -296,7 +296,7 @@ def bwd_bwd_aux_gluon_kernel(
     gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < C)
 
 
-# P = 128 (the increments as two products of 64 rows; ~190 KB of shared memory, one program per
+# P = 128 (the increments as two products of 64 rows; 160 KB of shared memory, one program per
 # SM, as terms_gluon at P = 128): written and compiled for sm_90, not yet run on a GPU, so off
 # until the H200 has checked it against the golden and timed it (benchmarks/sweep_knob.py
 # --knob aux_gluon.WIDE_P=0,1 --cases N64_P128_R4_C16: every combination golden-checked)
