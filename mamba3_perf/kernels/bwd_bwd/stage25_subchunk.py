@@ -44,7 +44,7 @@ PRE_WARPS: int | None = None
 # diagonal terms), and program order decides whether L2 serves them once. In (b, head, chunk)
 # order a head's programs stream q / k of all chunks of b (8.4 MB on N256_P64_R4_C8) and write
 # QR / KR (34 MB) before the next head rereads them: past L2's 50 MB, so every head reads q / k
-# from HBM again, ~0.54 GB more for the pre kernel there: ~370 us at its N128 rate, most of what
+# from HBM again, ~0.5 GB more for the pre kernel there: ~350 us at its N128 rate, most of what
 # it loses (895 us where its bytes predict ~370; a model, not a measurement). Knobs to measure
 # (off: not yet measured)
 PRE_HEADS_INNER: bool = False
