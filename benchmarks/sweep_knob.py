@@ -24,7 +24,6 @@ from mamba3_perf.kernels import knobs as knobs_lib
 from mamba3_perf.kernels.knobs import knobs_set
 
 
-
 def parse_knobs(specs: list[str]):
     """kernels.knobs.parse_knobs, a bad spec exiting with its reason."""
     try:

@@ -96,7 +96,7 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
     scratch, its angles, its diagonal weight block), and a chunk's rows are contiguous in every
     scratch buffer, so launching it with C = ``steps`` (and that many more programs) splits each
     chunk into sub-chunks with nothing else changed. ``heads_inner``: for a ``kernel`` that
-    takes HEADS_INNER (stage21's), program ids in (b, chunk, head) order (common.chunk_coords)."""
+    takes HEADS_INNER (stage11's and stage21's), program ids in (b, chunk, head) order (common.chunk_coords)."""
     meta = sub_chunk(meta, steps)
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
