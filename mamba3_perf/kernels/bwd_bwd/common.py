@@ -533,7 +533,8 @@ def alloc_scratch(meta, device, names) -> dict:
 
     rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
-    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights).
+    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), COS / SIN [B,H,S,RD] (the
+    rotary's cos / sin per step and angle, stored in place of QR where the QR readers rotate q).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -545,7 +546,7 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R),
+        "GDB": (B, H, nc, C * R, R), "COS": (B, H, S, meta.RD), "SIN": (B, H, S, meta.RD),
     }
     # one allocation, one view per buffer (a torch.empty per buffer cost the host ~5 us each, and
     # the host bounds the smaller shapes); each view starts on a SCRATCH_ALIGN-element boundary
@@ -641,6 +642,56 @@ def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr
     """q or k plus its bias on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32: the
     pre-rotation operand the pre kernel otherwise stores as QB / KB (same arithmetic)."""
     return load_biased(X, BIAS, b, h, hq, tpos[:, None], ri[:, None], cols[None, :], S, G, N, R)
+
+
+@triton.jit
+def rotated_rows(X, BIAS, COS_S, SIN_S, b, h, hq, bh, tpos, ri, cols, S, G, N, RD, R: tl.constexpr):
+    """q or k rotated, as the pre kernel stores QR / KR, on one chunk's fused rows (tpos, ri) and
+    columns ``cols``, from the inputs plus bias and the pre kernel's cos / sin tables (COS / SIN,
+    [B,H,S,RD]; stage21's pre kernel with ROT_TABLE): cos x_j - sin x_j' on [0, RD),
+    cos x_j' + sin x_j on [N/2, N/2 + RD) (j' = j + N/2), x elsewhere. Partner columns and
+    angles are read only where a column is rotated."""
+    half = N // 2
+    first = cols < RD
+    rot = first | ((cols >= half) & (cols < half + RD))
+    # a column that is not rotated has no partner: index N, which load_biased masks
+    partner = tl.where(rot, tl.where(first, cols + half, cols - half), N)
+    x = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
+    xp = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, partner, S, G, N, R)
+    trig = (bh * S + tpos)[:, None] * RD + tl.where(first, cols, cols - half)[None, :]
+    cs = tl.load(COS_S + trig, mask=rot[None, :], other=1.0)
+    sn = tl.load(SIN_S + trig, mask=rot[None, :], other=0.0)
+    return cs * x + tl.where(first, -1.0, 1.0)[None, :] * sn * xp
+
+
+@triton.jit
+def qr_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, bh, bhc, i, tpos, ri, cols, S, H, G, N, RD,
+            R: tl.constexpr, CR: tl.constexpr, QR_INLINE: tl.constexpr):
+    """A chunk's rotated q rows on columns ``cols``: the pre kernel's QR, or with QR_INLINE
+    (a stage25 knob) rotated here from the inputs (:func:`rotated_rows`)."""
+    if QR_INLINE:
+        qr = rotated_rows(Q, QBIAS, COS_S, SIN_S, b, h, h // (H // G), bh, tpos, ri, cols, S, G, N, RD, R)
+    else:
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
+    return qr
+
+
+def inlines_qr(s: dict) -> bool:
+    """Whether the pre kernel stores the rotary's cos / sin tables in place of QR, so that every
+    reader of QR rotates q itself (stage7_streamaux.run_with's ``qr_inline``): s holds COS."""
+    return "COS" in s
+
+
+def qr_inline_args(s: dict, meta, x: dict | None = None) -> dict:
+    """The keywords a QR reader's launch adds where :func:`inlines_qr` (none elsewhere: the
+    kernel's defaults read QR); with the inputs ``x`` also q, its bias and G, for a kernel that
+    takes them only for this (the state passes)."""
+    if not inlines_qr(s):
+        return {}
+    kw = dict(COS_S=s["COS"], SIN_S=s["SIN"], RD=meta.RD, QR_INLINE=True)
+    if x is not None:
+        kw.update(Q=x["q"], QBIAS=x["q_bias"], G=meta.G)
+    return kw
 
 
 @triton.jit

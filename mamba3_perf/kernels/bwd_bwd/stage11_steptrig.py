@@ -34,8 +34,11 @@ def bwd_bwd_pre_steptrig_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr,
+    COS_S=None, SIN_S=None, ROT_TABLE: tl.constexpr = False,
 ):
-    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN])."""
+    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]).
+    ROT_TABLE: cos / sin of the chunk's angles into COS / SIN ([B,H,S,RD]) instead of QR, whose
+    readers then rotate q themselves (common.qr_rows; a stage25 knob)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -49,10 +52,16 @@ def bwd_bwd_pre_steptrig_kernel(
     a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
                 mask=(rot & (n < N))[None, None, :], other=0.0)  # [C, 1, BN]
     cs = tl.cos(a)
-    sn = sgn[None, None, :] * tl.sin(a)
+    sin = tl.sin(a)
+    sn = sgn[None, None, :] * sin
     qb = load_biased(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-    _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
+    if ROT_TABLE:  # the first half's columns n < RD hold each angle once
+        trig = (bh * S + tt) * RD + n3
+        tl.store(COS_S + trig, cs, mask=n3 < RD)
+        tl.store(SIN_S + trig, sin, mask=n3 < RD)
+    else:
+        qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+        _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
     kb = load_biased(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
     kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
     _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)

@@ -27,7 +27,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2, qr_inline_args
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -38,12 +38,14 @@ def bwd_bwd_state_pass_wave_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
+    Q=None, QBIAS=None, COS_S=None, SIN_S=None, G=1, RD=1, QR_INLINE: tl.constexpr = False,
 ):
     """stage6's state pass on a (B*H, N/BNB) grid of transposed [BP, BNB] dstates tiles, all of P
     per program (stage6_statepass.state_pass_loop with TRANS)."""
     stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
                                      tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
-                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)
+                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True,
+                                     Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE)
 
 
 H200_SMS = 132  # the SMs of the device the rule below was measured on
@@ -72,7 +74,7 @@ def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> N
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **stage6_statepass.PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x), **stage6_statepass.PASS_LAUNCH,
     )
 
 

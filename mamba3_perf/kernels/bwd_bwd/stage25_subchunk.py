@@ -30,7 +30,7 @@ geomean over all eleven (two host-bound there: README), 1.36x slower than TileLa
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage21_halves, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage21_halves, stage24_gluonaux
 from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -49,6 +49,20 @@ PRE_WARPS: int | None = None
 # (off: not yet measured)
 PRE_HEADS_INNER: bool = False
 POST_HEADS_INNER: bool = False
+# QR never stored: the pre kernel stores its steps' cos / sin ([B,H,S,RD], RD = N/4) and the
+# Triton aux and state pass rotate q (16-bit, one row per G group of heads, ~17 MB on
+# N256_P64_R4_C8: L2 can hold it) as they load it
+# (common.qr_rows). On N256_P64_R4_C8 QR is 0.54 GB, written by the pre kernel and read back by
+# the aux and the wave pass: ~1.6 GB of HBM traffic for ~67 MB of tables (a count of bytes, not
+# a measurement), against four loads where one was (q and its partner column, cos, sin) and
+# more registers: ptxas, Triton 3.6, sm_90, N256_P64_R4_C8's launches (benchmarks/ptxas_stage.py
+# --knob): the aux 218 -> 255 registers, 0 -> 28 B of spill stores, 35 -> 61 KB of shared
+# memory; the wave pass (which the full-size case launches; stage15_passwave.uses_wave forced)
+# 254 -> 255, 0 -> 80 B, 49 -> 107 KB (still two programs per SM); the
+# aux's spill stores 392 -> 540 B on N128_P128_R4_C8 (QR 0.27 GB), 2100 -> 2568 on
+# N64_P128_R4_C16 (0.13 GB). Only where those kernels are the QR readers (:func:`inlines_qr`).
+# Off: not yet measured
+QR_INLINE: bool = False
 
 
 # elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
@@ -114,8 +128,17 @@ def pre_launch(meta) -> dict | None:
     return SUB_LAUNCH if _halves_pre(meta) else None
 
 
+def inlines_qr(x: dict, meta) -> bool:
+    """Whether QR_INLINE applies to ``x`` and ``meta``: the streamed aux (the C*R that fold), not
+    the Gluon aux (which reads QR by TMA). Both pre kernels stage25 launches (stage21's halves,
+    stage11's at P = 128) store the rotary tables."""
+    return QR_INLINE and stage7_streamaux.folds(meta) and not stage24_gluonaux.uses_gluon_aux(x, meta)
+
+
 def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
+    if inlines_qr(x, meta):
+        kw["qr_inline"] = True
     if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True
     if POST_HEADS_INNER:  # every post kernel stage25 launches (stage11's, stage21's) takes it
