@@ -4,6 +4,7 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py prod 64 64 4 16            # STAGE N P R C
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
     python benchmarks/ptxas_stage.py stage15_passwave 128 64 4 16 --sass   # + instruction mix
+    python benchmarks/ptxas_stage.py stage25_subchunk 256 64 4 8 --knob stage25_subchunk.QR_INLINE=1
 
 ``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
 static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix).
@@ -26,6 +27,7 @@ import triton  # noqa: E402
 
 from mamba3_perf.analysis.sass import instruction_mix  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
+from mamba3_perf.kernels.knobs import single_knobs  # noqa: E402
 
 
 def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
@@ -71,13 +73,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernel", default=None, help="only the kernels whose name contains this")
     ap.add_argument("--sass", action="store_true",
                     help="also print each kernel's static SASS instruction mix, whole and per loop")
+    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.ATTR=v",
+                    help="set a kernels knob (mamba3_perf.kernels.knobs) for this compile; repeatable")
     a = ap.parse_args(argv)
-    for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
-        if a.kernel and a.kernel not in fn.__name__:
-            continue
-        print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass,
-                           maxnreg=a.maxnreg),
-              flush=True)
+    try:
+        knobs = single_knobs(a.knob)
+    except ValueError as e:
+        ap.error(str(e))
+    with knobs:
+        for fn, args, kwargs in capture_launches(a.stage, a.N, a.P, a.R, a.C):
+            if a.kernel and a.kernel not in fn.__name__:
+                continue
+            print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass,
+                               maxnreg=a.maxnreg),
+                  flush=True)
 
 
 if __name__ == "__main__":

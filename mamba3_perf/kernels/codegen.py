@@ -223,15 +223,13 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "pack":
         print(f"{pack_cache(a.cache_dir, a.out, at=a.at)} kernels -> {a.out}")
         return
-    from mamba3_perf.kernels.knobs import knobs_set, parse_knobs
+    from mamba3_perf.kernels.knobs import single_knobs
 
     try:
-        knobs = parse_knobs(a.knob)
+        knobs = single_knobs(a.knob)
     except ValueError as e:
         ap.error(str(e))
-    if any(len(vals) != 1 for _, _, vals in knobs):
-        ap.error("--knob takes one value here (MODULE.ATTR=v)")
-    with knobs_set(knobs, [vals[0] for _, _, vals in knobs]):
+    with knobs:
         _compile_or_warm(a)
 
 

@@ -39,3 +39,12 @@ def knobs_set(knobs, values):
     finally:
         for (mod, attr, _), v in zip(knobs, saved):
             setattr(mod, attr, v)
+
+
+def single_knobs(specs: list[str]):
+    """A context with the ``MODULE.ATTR=v`` knobs set (one value each: a compile, not a sweep),
+    restored on the way out. Raises ValueError for a bad spec or a list of values."""
+    knobs = parse_knobs(specs)
+    if any(len(vals) != 1 for _, _, vals in knobs):
+        raise ValueError("--knob takes one value here (MODULE.ATTR=v)")
+    return knobs_set(knobs, [vals[0] for _, _, vals in knobs])
