@@ -2,7 +2,7 @@
 import pytest
 
 from mamba3_perf.kernels.bwd_bwd import stage16_regcap, stage25_subchunk
-from mamba3_perf.kernels.knobs import knobs_set, parse_knobs
+from mamba3_perf.kernels.knobs import knobs_set, parse_knobs, single_knobs
 
 
 def test_knobs_parse_set_and_restore_even_where_a_combination_fails():
@@ -22,3 +22,12 @@ def test_knobs_parse_set_and_restore_even_where_a_combination_fails():
 def test_bad_knobs_say_which_and_why(bad):
     with pytest.raises(ValueError, match=f"knob '{bad}'"):
         parse_knobs([bad])
+
+
+def test_single_knobs_take_one_value_each_and_restore():
+    """A compile's knobs (codegen compile, ptxas_stage.py): one value each, set inside, restored."""
+    with single_knobs(["stage25_subchunk.QR_INLINE=1", "stage25_subchunk.POST_STEPS=none"]):
+        assert stage25_subchunk.QR_INLINE == 1 and stage25_subchunk.POST_STEPS is None
+    assert stage25_subchunk.QR_INLINE is False
+    with pytest.raises(ValueError, match="one value"):
+        single_knobs(["stage25_subchunk.QR_INLINE=0,1"])
