@@ -628,10 +628,13 @@ def wt_rows(WT, bhc, ti, C: tl.constexpr):
 
 
 @triton.jit
-def load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R: tl.constexpr):
+def load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R: tl.constexpr, mask=None):
     """q or k ([B,S,R,G,N]) plus its bias ([H,R,N]) at steps ``tt``, ranks ``rr`` and columns
-    ``cc``, index tensors that broadcast to the tile's shape; fp32, 0 where cc >= N."""
+    ``cc``, index tensors that broadcast to the tile's shape; fp32, 0 where cc >= N (or where
+    ``mask`` is false, where given)."""
     m = cc < N
+    if mask is not None:
+        m = m & mask
     row = ((b * S + tt) * R + rr) * G + hq
     x = tl.load(X + row * N + cc, mask=m, other=0.0).to(tl.float32)
     return x + tl.load(BIAS + (h * R + rr) * N + cc, mask=m, other=0.0)
@@ -651,17 +654,23 @@ def rotated_rows(X, BIAS, COS_S, SIN_S, b, h, hq, bh, tpos, ri, cols, S, G, N, R
     [B,H,S,RD]; stage21's pre kernel with ROT_TABLE): cos x_j - sin x_j' on [0, RD),
     cos x_j' + sin x_j on [N/2, N/2 + RD) (j' = j + N/2), x elsewhere. Partner columns and
     angles are read only where a column is rotated."""
+    # each load's addresses are its columns plus one offset (the first half's partners at +N/2,
+    # the second's at -N/2), under a mask: contiguous, so they vectorize where the masks' runs
+    # do (a partner index chosen per column would gather)
     half = N // 2
-    first = cols < RD
-    rot = first | ((cols >= half) & (cols < half + RD))
-    # a column that is not rotated has no partner: index N, which load_biased masks
-    partner = tl.where(rot, tl.where(first, cols + half, cols - half), N)
-    x = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R)
-    xp = load_biased_rows(X, BIAS, b, h, hq, tpos, ri, partner, S, G, N, R)
-    trig = (bh * S + tpos)[:, None] * RD + tl.where(first, cols, cols - half)[None, :]
-    cs = tl.load(COS_S + trig, mask=rot[None, :], other=1.0)
-    sn = tl.load(SIN_S + trig, mask=rot[None, :], other=0.0)
-    return cs * x + tl.where(first, -1.0, 1.0)[None, :] * sn * xp
+    first = (cols < RD)[None, :]
+    second = ((cols >= half) & (cols < half + RD))[None, :]
+    tt = tpos[:, None]
+    rr = ri[:, None]
+    cc = cols[None, :]
+    x = load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R)
+    xp = (load_biased(X, BIAS, b, h, hq, tt, rr, cc + half, S, G, N, R, first)
+          - load_biased(X, BIAS, b, h, hq, tt, rr, cc - half, S, G, N, R, second))
+    row = (bh * S + tt) * RD
+    cs = (tl.load(COS_S + row + cc, mask=first, other=0.0) + tl.load(COS_S + row + cc - half, mask=second, other=0.0)
+          + tl.where(first | second, 0.0, 1.0))
+    sn = tl.load(SIN_S + row + cc, mask=first, other=0.0) + tl.load(SIN_S + row + cc - half, mask=second, other=0.0)
+    return cs * x - sn * xp
 
 
 @triton.jit

@@ -27,7 +27,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2, qr_inline_args
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, inlines_qr, pow2, qr_inline_args
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -66,15 +66,24 @@ def wave_block(meta) -> int:
     return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
 
 
+# where the pass rotates q itself (common.inlines_qr): its loads of the next chunks pipelined two
+# deep, not three, so that two programs still fit an SM (Triton 3.6's ptxas, sm_90, three deep:
+# 172 KB of shared memory on N256_P64_R4_C8, 119 KB on N128_P128_R4_C8; two deep: 94 and 68)
+INLINE_PASS_LAUNCH = dict(stage6_statepass.PASS_LAUNCH, num_stages=2)
+
+
 def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs."""
+    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs; q
+    rotated in the kernel where the pre kernel stored the rotary tables in place of QR
+    (common.inlines_qr; :data:`INLINE_PASS_LAUNCH`)."""
     bnb = wave_block(meta)
     bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x), **stage6_statepass.PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x),
+        **(INLINE_PASS_LAUNCH if inlines_qr(s) else stage6_statepass.PASS_LAUNCH),
     )
 
 

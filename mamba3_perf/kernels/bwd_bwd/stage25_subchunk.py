@@ -51,15 +51,16 @@ PRE_HEADS_INNER: bool = False
 POST_HEADS_INNER: bool = False
 # QR never stored: the pre kernel stores its steps' cos / sin ([B,H,S,RD], RD = N/4) and the
 # Triton aux and state pass rotate q (16-bit, one row per G group of heads, ~17 MB on
-# N256_P64_R4_C8: L2 can hold it) as they load it
-# (common.qr_rows). On N256_P64_R4_C8 QR is 0.54 GB, written by the pre kernel and read back by
-# the aux and the wave pass: ~1.6 GB of HBM traffic for ~67 MB of tables (a count of bytes, not
-# a measurement), against four loads where one was (q and its partner column, cos, sin) and
-# more registers: ptxas, Triton 3.6, sm_90, N256_P64_R4_C8's launches (benchmarks/ptxas_stage.py
-# --knob): the aux 218 -> 255 registers, 0 -> 28 B of spill stores, 35 -> 61 KB of shared
-# memory; the wave pass (which the full-size case launches; stage15_passwave.uses_wave forced)
-# 254 -> 255, 0 -> 80 B, 49 -> 107 KB (still two programs per SM); the
-# aux's spill stores 392 -> 540 B on N128_P128_R4_C8 (QR 0.27 GB), 2100 -> 2568 on
+# N256_P64_R4_C8: L2 can hold it) as they load it (common.qr_rows). On N256_P64_R4_C8 QR is
+# 0.54 GB, written by the pre kernel and read back by the aux and the wave pass: ~1.6 GB of HBM
+# traffic for ~67 MB of tables (a count of bytes, not a measurement), against six masked loads
+# where one was (q, its partner columns on either side, cos, sin) and more registers: ptxas,
+# Triton 3.6, sm_90, N256_P64_R4_C8's launches (benchmarks/ptxas_stage.py --knob; the wave pass
+# as the full-size case launches it, stage15_passwave.uses_wave forced): the aux 218 -> 255
+# registers, 0 -> 4 B of spill stores, 35 -> 94 KB of shared memory, its two N loops 288 / 374
+# -> 549 / 572 SASS instructions a step; the wave pass 0 -> 24 B of spills, 49 -> 94 KB (its
+# loads pipelined two deep: stage15_passwave.INLINE_PASS_LAUNCH), 477 -> 870 instructions a
+# step; the aux's spill stores 392 -> 496 B on N128_P128_R4_C8 (QR 0.27 GB), 2100 -> 2264 on
 # N64_P128_R4_C16 (0.13 GB). Only where those kernels are the QR readers (:func:`inlines_qr`).
 # Off: not yet measured
 QR_INLINE: bool = False
