@@ -25,6 +25,7 @@ from mamba3_perf.cli import check as _check  # noqa: E402,F401
 from mamba3_perf.cli import profile as _profile  # noqa: E402,F401
 from mamba3_perf.cli import reports as _reports  # noqa: E402,F401
 from mamba3_perf.cli import traces as _traces  # noqa: E402,F401
+from mamba3_perf.cli import traffic as _traffic  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

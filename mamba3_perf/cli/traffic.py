@@ -1,0 +1,84 @@
+"""``perf traffic``: the bytes each kernel of a stage reads and writes, counted on the interpreter."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mamba3_perf.cli import app
+from mamba3_perf.cli.check import case_options
+
+NOTE = ("counted on the Triton interpreter from a sample of each launch's programs: bytes the kernels "
+        "address, not timings; the plan where the Gluon kernels do not run (mamba3_perf.analysis.traffic)")
+
+
+@app.command()
+def traffic(
+    case: Optional[str] = typer.Option(None, help="a named case (full size: counting takes about a minute)"),
+    shape: Optional[str] = typer.Option(None, help="B,S,H,G instead of --case"),
+    n: int = typer.Option(64, "--n", help="qk head dim N (with --shape)"),
+    p: int = typer.Option(64, "--p", help="value head dim P (with --shape)"),
+    rank: int = typer.Option(4, help="MIMO rank R (with --shape)"),
+    chunk: int = typer.Option(16, help="chunk size C (with --shape)"),
+    dtype: str = typer.Option("fp16", help="fp16 | bf16 | fp32 (with --shape)"),
+    stage: Optional[str] = typer.Option(None, help="ladder stage (default: the last)"),
+    samples: int = typer.Option(8, help="programs run per launch"),
+    knob: List[str] = typer.Option([], "--knob", metavar="MODULE.ATTR=v",
+                                   help="set a kernels knob (mamba3_perf.kernels.knobs); repeatable"),
+    device: str = typer.Option("h200", help="whose HBM bandwidth times the bytes: h200 | 910b"),
+    tensors: bool = typer.Option(False, "--tensors", help="also list every (kernel, tensor) row"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the per-tensor rows as JSON"),
+):
+    """Bytes read and written per kernel (compulsory, and with no reuse across programs)."""
+    from mamba3_perf import backend as be
+
+    be.resolve("cpu")  # the interpreter, before the kernels load
+    from mamba3_perf.analysis.limits import device_for
+    from mamba3_perf.analysis.traffic import kernel_traffic, per_kernel
+    from mamba3_perf.errors import CaseError
+    from mamba3_perf.kernels.knobs import single_knobs
+    from mamba3_perf.kernels.registry import list_stages
+    from mamba3_perf.runs import write_text_atomic
+
+    c = case_options(shape, case, n, p, rank, chunk, dtype)
+    spec = device_for(device, default=None)
+    if spec is None:
+        raise CaseError(f"--device {device!r}: expected h200 or 910b")
+    try:
+        knobs = single_knobs(knob)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--knob") from None
+    name = stage or list_stages()[-1].name
+    typer.echo(NOTE)
+    with knobs:
+        rows = kernel_traffic(name, c, samples=samples)
+    kernels = per_kernel(rows, spec)
+    console = Console(width=140)
+    unit, scale = ("GB", 1e9) if kernels.no_reuse.sum() >= 1e9 else ("MB", 1e6)
+    t = Table(title=f"{name} on {c.id} ({c.shape_label}){' ' + ' '.join(knob) if knob else ''}: {unit}, "
+                    f"us at {spec.name}'s {spec.hbm_bytes_per_s / 1e12:.1f} TB/s")
+    for col in ("#", "kernel", "tag", "read", "write", "total", "no reuse", "us"):
+        t.add_column(col, justify="left" if col in ("kernel", "tag") else "right")
+    total = kernels.sum(numeric_only=True)
+    for launch, kernel, tag, r in [*((str(r.launch), r.kernel, str(r.tag), r) for _, r in kernels.iterrows()),
+                                   ("", "all", "", total)]:
+        t.add_row(launch, kernel, tag,
+                  *(f"{r[k] / scale:.3f}" for k in ("read_bytes", "write_bytes", "bytes", "no_reuse")),
+                  f"{r['hbm_us']:.1f}")
+    console.print(t)
+    if tensors:
+        d = Table(title="per tensor, MB (compulsory read / write; no reuse read / write)")
+        for col in ("#", "kernel", "tensor", "size", "read", "write", "read, no reuse", "write, no reuse"):
+            d.add_column(col, justify="left" if col in ("kernel", "tensor") else "right")
+        for r in rows.itertuples():
+            d.add_row(str(r.launch), r.kernel, r.tensor, *(f"{v / 1e6:.1f}" for v in (
+                r.tensor_bytes, r.read_bytes, r.write_bytes, r.read_no_reuse, r.write_no_reuse)))
+        console.print(d)
+    if json_out is not None:
+        record = dict(case=c.to_dict(), stage=name, samples=samples, knobs=list(knob), note=NOTE,
+                      rows=rows.to_dict(orient="records"))
+        typer.echo(f"wrote {write_text_atomic(json_out, json.dumps(record, indent=1))}")
