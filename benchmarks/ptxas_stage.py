@@ -4,7 +4,7 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py prod 64 64 4 16            # STAGE N P R C
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
     python benchmarks/ptxas_stage.py stage15_passwave 128 64 4 16 --sass   # + instruction mix
-    python benchmarks/ptxas_stage.py stage25_subchunk 256 64 4 8 --knob stage25_subchunk.QR_INLINE=1
+    python benchmarks/ptxas_stage.py stage25_subchunk 64 128 4 16 --knob aux_gluon.WIDE_P=1
 
 ``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
 static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix).

@@ -73,14 +73,6 @@ def test_stage_traffic_counts_every_scratch_buffer_once_where_programs_own_rows(
     assert per.kernel.tolist()[0] == "bwd_bwd_pre_halves_kernel" and (per.hbm_us > 0).all()
 
 
-def test_qr_inline_removes_qr_from_the_traffic(monkeypatch):
-    from mamba3_perf.kernels.bwd_bwd import stage25_subchunk
-
-    monkeypatch.setattr(stage25_subchunk, "QR_INLINE", True)
-    rows = traffic.kernel_traffic("stage25_subchunk", get_case("small-N128_P64_R4_C16"), samples=2)
-    assert "QR_S" not in set(rows.tensor) and {"COS_S", "SIN_S"} <= set(rows.tensor)
-
-
 def test_needs_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(BackendError, match="interpreter"):

@@ -25,7 +25,7 @@ def test_traffic_prints_per_kernel_bytes_and_writes_rows(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--knob", "stage25_subchunk.QR_INLINE=0,1"], "one value"),
+    (["--knob", "stage25_subchunk.PRE_HEADS_INNER=0,1"], "one value"),
     (["--device", "tpu"], "expected h200 or 910b"),
     (["--stage", "nope"], "unknown stage 'nope'"),
 ])

@@ -26,8 +26,8 @@ def test_bad_knobs_say_which_and_why(bad):
 
 def test_single_knobs_take_one_value_each_and_restore():
     """A compile's knobs (codegen compile, ptxas_stage.py): one value each, set inside, restored."""
-    with single_knobs(["stage25_subchunk.QR_INLINE=1", "stage25_subchunk.POST_STEPS=none"]):
-        assert stage25_subchunk.QR_INLINE == 1 and stage25_subchunk.POST_STEPS is None
-    assert stage25_subchunk.QR_INLINE is False
+    with single_knobs(["stage25_subchunk.PRE_HEADS_INNER=1", "stage25_subchunk.POST_STEPS=none"]):
+        assert stage25_subchunk.PRE_HEADS_INNER == 1 and stage25_subchunk.POST_STEPS is None
+    assert stage25_subchunk.PRE_HEADS_INNER is False
     with pytest.raises(ValueError, match="one value"):
-        single_knobs(["stage25_subchunk.QR_INLINE=0,1"])
+        single_knobs(["stage25_subchunk.PRE_HEADS_INNER=0,1"])

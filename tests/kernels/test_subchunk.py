@@ -2,8 +2,6 @@
 do, for every post kernel stage21 chooses (halves with DANGLES from registers, halves, stage11's)
 and steps down to one per program; the launchers refuse a step count that does not tile the
 chunk."""
-import dataclasses
-
 import pytest
 import torch
 
@@ -107,80 +105,20 @@ def test_programs_heads_inner_match_golden(monkeypatch, knob, case_id, steps):
     assert c.H > 1 and c.S // c.C > 1
     rows = check_stage("stage25_subchunk", c)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+@pytest.mark.parametrize("case_id", ["small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P128_R4_C8",
+                                     "small-N16_P64_R4_C8", "tail-40"])
+def test_read_inputs_everywhere_matches_golden_and_stores_no_input_copies(monkeypatch, case_meta, case_id):
+    """READ_INPUTS: where stage10's rule keeps QB, KB, PsiV and dPhiO in scratch (N > 128, N < 32,
+    P = 128), every reader loads the inputs instead; the pre kernel stores none of them (counted
+    by analysis.traffic: its counts change with the knob) and the outputs meet the golden."""
+    from mamba3_perf.analysis import traffic
+    from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch
 
-
-# the state pass each case below runs with QR_INLINE, and the rules forced for it
-_PASSES = {
-    "aux increments, scan": dict(splits_pass=True, forms_increments=True, uses_wave=False),
-    "increment kernel, scan": dict(splits_pass=True, forms_increments=False, uses_wave=False),
-    "wave pass": dict(splits_pass=False, forms_increments=False, uses_wave=True),
-    "stage6 pass": dict(splits_pass=False, forms_increments=False, uses_wave=False),
-}
-_QR_READERS = {  # the module whose launch forms each pass's qr, beside the aux (stage7_streamaux)
-    "aux increments, scan": None, "increment kernel, scan": "stage17_scanpass",
-    "wave pass": "stage15_passwave", "stage6 pass": "stage6_statepass",
-}
-
-
-@pytest.mark.parametrize("case_id,pass_", [
-    ("small-N256_P64_R4_C8", "wave pass"),
-    ("small-N128_P64_R4_C16", "aux increments, scan"),
-    ("edge-N24-rd12", "increment kernel, scan"),  # RD = N/2, G = 2, N not a power of two
-    ("edge-N48", "stage6 pass"),                  # N/2 = 24: rotated columns across a block's end
-    ("tail-40", "wave pass"),                     # a padded tail, per-rank dout, G = 2
-    ("pw-3", "increment kernel, scan"),           # fp32, B = 2
-    ("small-N64_P128_R4_C16", "wave pass"),       # P = 128: stage11's pre kernel stores the tables
-    ("small-N128_P128_R4_C8", "stage6 pass"),
-])
-def test_qr_inline_matches_golden(monkeypatch, case_meta, case_id, pass_):
-    """QR_INLINE: the pre kernel stores cos / sin tables and no QR (its view is empty, so a reader
-    left on QR would read out of bounds or NaN), the aux and every state pass rotate q themselves,
-    and the outputs meet the golden; the readers' launches took the inline keywords."""
-    from mamba3_perf.kernels.bwd_bwd import common, stage6_statepass, stage7_streamaux, stage15_passwave, \
-        stage17_scanpass, stage20_auxinc
-
-    forced = _PASSES[pass_]
-    monkeypatch.setattr(stage17_scanpass, "splits_pass", lambda meta: forced["splits_pass"])
-    monkeypatch.setattr(stage20_auxinc, "forms_increments", lambda meta: forced["forms_increments"])
-    monkeypatch.setattr(stage15_passwave, "uses_wave", lambda meta: forced["uses_wave"])
-    monkeypatch.setattr(stage25_subchunk, "QR_INLINE", True)
-    assert stage25_subchunk.inlines_qr(make_inputs(get_case(case_id)), case_meta(case_id))
-    inline = []
-    modules = dict(stage7_streamaux=stage7_streamaux, stage6_statepass=stage6_statepass,
-                   stage15_passwave=stage15_passwave, stage17_scanpass=stage17_scanpass)
-    for name, module in modules.items():
-        def spy(s, meta, x=None, _name=name):
-            assert s["QR"].numel() == 0 and "COS" in s
-            kw = common.qr_inline_args(s, meta, x)
-            inline.append((_name, kw["QR_INLINE"]))
-            return kw
-        monkeypatch.setattr(module, "qr_inline_args", spy)
-    rows = check_stage("stage25_subchunk", get_case(case_id))
+    c = get_case(case_id)
+    assert not stage10_fewscratch.reads_inputs(case_meta(c))
+    copies = {"QB_S", "KB_S", "PSIV_S", "DPHIO_S"}
+    assert copies <= set(traffic.kernel_traffic("stage25_subchunk", c, samples=2).tensor)
+    monkeypatch.setattr(stage25_subchunk, "READ_INPUTS", True)
+    rows = check_stage("stage25_subchunk", c)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
-    want = {"stage7_streamaux"} | ({_QR_READERS[pass_]} if _QR_READERS[pass_] else set())
-    assert {n for n, on in inline if on} == want, inline
-
-
-def test_qr_inline_applies_only_where_its_kernels_read_qr(monkeypatch, case_meta):
-    """Off by default; where on, only with the streamed aux (C*R folds), not the Gluon aux."""
-    x = make_inputs(get_case("small-N128_P64_R4_C16"))
-    assert not stage25_subchunk.inlines_qr(x, case_meta("small-N128_P64_R4_C16"))
-    monkeypatch.setattr(stage25_subchunk, "QR_INLINE", True)
-    assert stage25_subchunk.inlines_qr(x, case_meta("small-N128_P64_R4_C16"))
-    assert not stage25_subchunk.inlines_qr(x, dataclasses.replace(case_meta("small-N128_P64_R4_C16"), C=32))
-    monkeypatch.setattr(stage25_subchunk.stage24_gluonaux, "uses_gluon_aux", lambda x, meta: True)
-    assert not stage25_subchunk.inlines_qr(x, case_meta("small-N128_P64_R4_C16"))
-
-
-def test_qr_inline_refuses_a_pre_kernel_or_aux_that_cannot(case_meta):
-    """A pre kernel without ROT_TABLE (stage1's) would leave the readers' tables unwritten; another aux, or
-    stage5's (C*R that do not fold), would read the QR that is not there."""
-    from mamba3_perf.kernels.bwd_bwd import stage7_streamaux
-
-    meta = case_meta("small-N128_P64_R4_C16")
-    with pytest.raises(ValueError, match="rotary tables"):
-        stage1_pre.launch_pre({}, {"COS": None}, meta)
-    with pytest.raises(ValueError, match="another aux"):
-        stage7_streamaux.run_with({}, {}, meta, low_precision=True, qr_inline=True, aux=object())
-    with pytest.raises(ValueError, match="does not fold"):
-        stage7_streamaux.run_with({}, {}, dataclasses.replace(meta, C=32), low_precision=True, qr_inline=True)
+    assert not copies & set(traffic.kernel_traffic("stage25_subchunk", c, samples=2).tensor)

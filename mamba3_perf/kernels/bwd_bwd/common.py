@@ -533,8 +533,7 @@ def alloc_scratch(meta, device, names) -> dict:
 
     rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
-    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), COS / SIN [B,H,S,RD] (the
-    rotary's cos / sin per step and angle, stored in place of QR where the QR readers rotate q).
+    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -546,7 +545,7 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R), "COS": (B, H, S, meta.RD), "SIN": (B, H, S, meta.RD),
+        "GDB": (B, H, nc, C * R, R),
     }
     # one allocation, one view per buffer (a torch.empty per buffer cost the host ~5 us each, and
     # the host bounds the smaller shapes); each view starts on a SCRATCH_ALIGN-element boundary
@@ -628,13 +627,10 @@ def wt_rows(WT, bhc, ti, C: tl.constexpr):
 
 
 @triton.jit
-def load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R: tl.constexpr, mask=None):
+def load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R: tl.constexpr):
     """q or k ([B,S,R,G,N]) plus its bias ([H,R,N]) at steps ``tt``, ranks ``rr`` and columns
-    ``cc``, index tensors that broadcast to the tile's shape; fp32, 0 where cc >= N (or where
-    ``mask`` is false, where given)."""
+    ``cc``, index tensors that broadcast to the tile's shape; fp32, 0 where cc >= N."""
     m = cc < N
-    if mask is not None:
-        m = m & mask
     row = ((b * S + tt) * R + rr) * G + hq
     x = tl.load(X + row * N + cc, mask=m, other=0.0).to(tl.float32)
     return x + tl.load(BIAS + (h * R + rr) * N + cc, mask=m, other=0.0)
@@ -645,62 +641,6 @@ def load_biased_rows(X, BIAS, b, h, hq, tpos, ri, cols, S, G, N, R: tl.constexpr
     """q or k plus its bias on one chunk's fused rows (tpos, ri) and columns ``cols``, fp32: the
     pre-rotation operand the pre kernel otherwise stores as QB / KB (same arithmetic)."""
     return load_biased(X, BIAS, b, h, hq, tpos[:, None], ri[:, None], cols[None, :], S, G, N, R)
-
-
-@triton.jit
-def rotated_rows(X, BIAS, COS_S, SIN_S, b, h, hq, bh, tpos, ri, cols, S, G, N, RD, R: tl.constexpr):
-    """q or k rotated, as the pre kernel stores QR / KR, on one chunk's fused rows (tpos, ri) and
-    columns ``cols``, from the inputs plus bias and the pre kernel's cos / sin tables (COS / SIN,
-    [B,H,S,RD]; stage21's pre kernel with ROT_TABLE): cos x_j - sin x_j' on [0, RD),
-    cos x_j' + sin x_j on [N/2, N/2 + RD) (j' = j + N/2), x elsewhere. Partner columns and
-    angles are read only where a column is rotated."""
-    # each load's addresses are its columns plus one offset (the first half's partners at +N/2,
-    # the second's at -N/2), under a mask: contiguous, so they vectorize where the masks' runs
-    # do (a partner index chosen per column would gather)
-    half = N // 2
-    first = (cols < RD)[None, :]
-    second = ((cols >= half) & (cols < half + RD))[None, :]
-    tt = tpos[:, None]
-    rr = ri[:, None]
-    cc = cols[None, :]
-    x = load_biased(X, BIAS, b, h, hq, tt, rr, cc, S, G, N, R)
-    xp = (load_biased(X, BIAS, b, h, hq, tt, rr, cc + half, S, G, N, R, first)
-          - load_biased(X, BIAS, b, h, hq, tt, rr, cc - half, S, G, N, R, second))
-    row = (bh * S + tt) * RD
-    cs = (tl.load(COS_S + row + cc, mask=first, other=0.0) + tl.load(COS_S + row + cc - half, mask=second, other=0.0)
-          + tl.where(first | second, 0.0, 1.0))
-    sn = tl.load(SIN_S + row + cc, mask=first, other=0.0) + tl.load(SIN_S + row + cc - half, mask=second, other=0.0)
-    return cs * x - sn * xp
-
-
-@triton.jit
-def qr_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, bh, bhc, i, tpos, ri, cols, S, H, G, N, RD,
-            R: tl.constexpr, CR: tl.constexpr, QR_INLINE: tl.constexpr):
-    """A chunk's rotated q rows on columns ``cols``: the pre kernel's QR, or with QR_INLINE
-    (a stage25 knob) rotated here from the inputs (:func:`rotated_rows`)."""
-    if QR_INLINE:
-        qr = rotated_rows(Q, QBIAS, COS_S, SIN_S, b, h, h // (H // G), bh, tpos, ri, cols, S, G, N, RD, R)
-    else:
-        qr = load_rows(QR_S, bhc, i, cols, N, CR)
-    return qr
-
-
-def inlines_qr(s: dict) -> bool:
-    """Whether the pre kernel stores the rotary's cos / sin tables in place of QR, so that every
-    reader of QR rotates q itself (stage7_streamaux.run_with's ``qr_inline``): s holds COS."""
-    return "COS" in s
-
-
-def qr_inline_args(s: dict, meta, x: dict | None = None) -> dict:
-    """The keywords a QR reader's launch adds where :func:`inlines_qr` (none elsewhere: the
-    kernel's defaults read QR); with the inputs ``x`` also q, its bias and G, for a kernel that
-    takes them only for this (the state passes)."""
-    if not inlines_qr(s):
-        return {}
-    kw = dict(COS_S=s["COS"], SIN_S=s["SIN"], RD=meta.RD, QR_INLINE=True)
-    if x is not None:
-        kw.update(Q=x["q"], QBIAS=x["q_bias"], G=meta.G)
-    return kw
 
 
 @triton.jit

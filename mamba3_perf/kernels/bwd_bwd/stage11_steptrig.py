@@ -34,11 +34,8 @@ def bwd_bwd_pre_steptrig_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr,
-    COS_S=None, SIN_S=None, ROT_TABLE: tl.constexpr = False,
 ):
-    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]).
-    ROT_TABLE: cos / sin of the chunk's angles into COS / SIN ([B,H,S,RD]) instead of QR, whose
-    readers then rotate q themselves (common.qr_rows; a stage25 knob)."""
+    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN])."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -52,16 +49,10 @@ def bwd_bwd_pre_steptrig_kernel(
     a = tl.load(ANG + ((b * S + tt) * H + h) * RD + jn[None, None, :],
                 mask=(rot & (n < N))[None, None, :], other=0.0)  # [C, 1, BN]
     cs = tl.cos(a)
-    sin = tl.sin(a)
-    sn = sgn[None, None, :] * sin
+    sn = sgn[None, None, :] * tl.sin(a)
     qb = load_biased(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    if ROT_TABLE:  # the first half's columns n < RD hold each angle once
-        trig = (bh * S + tt) * RD + n3
-        tl.store(COS_S + trig, cs, mask=n3 < RD)
-        tl.store(SIN_S + trig, sin, mask=n3 < RD)
-    else:
-        qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-        _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
+    qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+    _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
     kb = load_biased(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
     kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
     _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)
@@ -186,18 +177,19 @@ def bwd_bwd_post_steptrig_kernel(
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,
              post_launch: dict | None = None, pre_kernel=None, post_kernel=None, pre_steps: int | None = None,
              post_steps: int | None = None, pre_heads_inner: bool = False, post_heads_inner: bool = False,
-             **kw) -> None:
+             inputs: bool | None = None, **kw) -> None:
     """stage10's pipeline with this stage's pre and post kernels; ``pre_launch``: the pre
     kernel's launch options, ``terms``: state_terms' (stage7_streamaux.run_with's; default
     stage9_termsblock.terms_choice) (stage16); ``post_launch``: the post kernel's (stage18);
     ``pre_kernel`` / ``post_kernel``: other pre / post kernels of this stage's signatures
     (stage21); ``pre_steps`` / ``post_steps``: the pre / post kernel's time steps per program
     (stage1_pre.launch_pre's / prod.launch_post's ``steps``; stage25); ``pre_heads_inner`` /
-    ``post_heads_inner``: launch_pre's / launch_post's ``heads_inner`` (stage25); ``kw``: more
-    stage7_streamaux.run_with keywords (stages 12-15)."""
+    ``post_heads_inner``: launch_pre's / launch_post's ``heads_inner`` (stage25); ``inputs``:
+    whether the readers load the 16-bit inputs, in place of stage10_fewscratch.reads_inputs (a
+    stage25 knob); ``kw``: more stage7_streamaux.run_with keywords (stages 12-15)."""
     stage7_streamaux.run_with(x, out, meta, low_precision=True,
                               terms=stage9_termsblock.terms_choice(meta) if terms is None else terms,
-                              inputs=stage10_fewscratch.reads_inputs(meta),
+                              inputs=stage10_fewscratch.reads_inputs(meta) if inputs is None else inputs,
                               pre=functools.partial(stage1_pre.launch_pre,
                                                     kernel=pre_kernel or bwd_bwd_pre_steptrig_kernel,
                                                     launch=pre_launch, steps=pre_steps,

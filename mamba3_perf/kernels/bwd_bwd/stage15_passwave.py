@@ -27,7 +27,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import dot_precision, inlines_qr, pow2, qr_inline_args
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -38,14 +38,12 @@ def bwd_bwd_state_pass_wave_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-    Q=None, QBIAS=None, COS_S=None, SIN_S=None, G=1, RD=1, QR_INLINE: tl.constexpr = False,
 ):
     """stage6's state pass on a (B*H, N/BNB) grid of transposed [BP, BNB] dstates tiles, all of P
     per program (stage6_statepass.state_pass_loop with TRANS)."""
     stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
                                      tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
-                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True,
-                                     Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE)
+                                     tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)
 
 
 H200_SMS = 132  # the SMs of the device the rule below was measured on
@@ -66,24 +64,15 @@ def wave_block(meta) -> int:
     return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
 
 
-# where the pass rotates q itself (common.inlines_qr): its loads of the next chunks pipelined two
-# deep, not three, so that two programs still fit an SM (Triton 3.6's ptxas, sm_90, three deep:
-# 172 KB of shared memory on N256_P64_R4_C8, 119 KB on N128_P128_R4_C8; two deep: 94 and 68)
-INLINE_PASS_LAUNCH = dict(stage6_statepass.PASS_LAUNCH, num_stages=2)
-
-
 def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs; q
-    rotated in the kernel where the pre kernel stored the rotary tables in place of QR
-    (common.inlines_qr; :data:`INLINE_PASS_LAUNCH`)."""
+    """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs."""
     bnb = wave_block(meta)
     bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x),
-        **(INLINE_PASS_LAUNCH if inlines_qr(s) else stage6_statepass.PASS_LAUNCH),
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **stage6_statepass.PASS_LAUNCH,
     )
 
 

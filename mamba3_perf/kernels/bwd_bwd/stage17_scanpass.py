@@ -30,9 +30,7 @@ import triton
 import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage6_statepass, stage15_passwave, stage16_regcap
-from mamba3_perf.kernels.bwd_bwd.common import (
-    chunk_coords, dot_precision, fdot, pow2, qr_inline_args, store_state_tile_t,
-)
+from mamba3_perf.kernels.bwd_bwd.common import chunk_coords, dot_precision, fdot, pow2, store_state_tile_t
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 SCAN_BLOCK = 1024  # [N, P] elements per scan program
@@ -47,7 +45,6 @@ def bwd_bwd_pass_increment_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-    Q=None, QBIAS=None, COS_S=None, SIN_S=None, G=1, RD=1, QR_INLINE: tl.constexpr = False,
 ):
     """Chunk c's term of the recurrence on N columns [j*BNB, j*BNB + BNB) and all of P, into
     DST[c] (stage6_statepass.pass_operands, as stage15's pass forms it)."""
@@ -55,8 +52,7 @@ def bwd_bwd_pass_increment_kernel(
     cols = tl.program_id(1) * BNB + tl.arange(0, BNB)
     p = tl.arange(0, BP)
     dphio, ecs, qr = stage6_statepass.pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p,
-                                                    S, H, N, P, C, R, REDUCE_O, INPUTS,
-                                                    Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE)
+                                                    S, H, N, P, C, R, REDUCE_O, INPUTS)
     inc = fdot(tl.trans(dphio * ecs[:, None]), qr, PREC)  # [BP, BNB]
     store_state_tile_t(DST_S, inc, bhc, cols, p, N, P)
 
@@ -95,7 +91,7 @@ def launch_increments(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BP=pow2(meta.P), PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x), **INCREMENT_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **INCREMENT_LAUNCH,
     )
 
 

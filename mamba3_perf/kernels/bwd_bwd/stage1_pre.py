@@ -10,7 +10,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd.common import (
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision,
     fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
-    inlines_qr, load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, store_chunk_scalars, store_rows,
+    load_rows, load_state_tile, load_time, rot_cols, scalar_ptr_or_dummy, store_chunk_scalars, store_rows,
     store_value_sums, sub_chunk, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -120,21 +120,13 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
     options (default CHUNK_LAUNCH; stage16); ``steps``: time steps per program, a divisor of the
     chunk size, for a ``kernel`` that takes SUB (stage21's halves kernel; stage25): launched
     with C = ``steps`` and SUB = C / steps times the programs; ``heads_inner``: for the same
-    kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER). Where ``s``
-    holds the rotary tables (common.inlines_qr) the kernel stores them in place of QR (its
-    ROT_TABLE: the halves kernel's)."""
-    kernel = kernel or bwd_bwd_pre_kernel
+    kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER)."""
     extra = dict(HEADS_INNER=True) if heads_inner else {}
-    if inlines_qr(s):
-        if "ROT_TABLE" not in kernel.arg_names:
-            raise ValueError(f"{kernel.__name__} does not store the rotary tables the "
-                             f"QR readers need where they rotate q themselves (stage21's halves kernel does)")
-        extra.update(COS_S=s["COS"], SIN_S=s["SIN"], ROT_TABLE=True)
     sub = sub_chunk(meta, steps)
     if sub is not meta:
         meta, extra = sub, dict(extra, SUB=meta.C // sub.C)
     bk = blocks(meta)
-    kernel[(meta.B * meta.H * meta.nchunks,)](
+    (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),

@@ -79,16 +79,13 @@ def bwd_bwd_pre_halves_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, SUB: tl.constexpr = 1, HEADS_INNER: tl.constexpr = False,
-    COS_S=None, SIN_S=None, ROT_TABLE: tl.constexpr = False,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
     cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
     C of a chunk's SUB * C steps (stage25's sub-chunks: launched with C the sub-chunk and that
     many more programs); each stores its steps' rows and scalars, and the first of a chunk's SUB
     programs the chunk's decay matrix and decay. HEADS_INNER: program ids in (b, chunk, head) order
-    (common.chunk_coords; a stage25 knob). ROT_TABLE: cos / sin of its steps' angles into COS / SIN
-    ([B,H,S,RD]) instead of QR, whose readers then rotate q themselves (common.qr_rows; a stage25
-    knob)."""
+    (common.chunk_coords; a stage25 knob)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -96,13 +93,8 @@ def bwd_bwd_pre_halves_kernel(
     jp3 = j3 + N // 2
     q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
     q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
-    if ROT_TABLE:
-        trig = (bh * S + tt) * RD + j3
-        tl.store(COS_S + trig, cs, mask=j3 < RD)
-        tl.store(SIN_S + trig, sn, mask=j3 < RD)
-    else:
-        _store_cube(QR_S, cs * q1 - sn * q2, bhc, t3, r3, j3, mj3, N, R, CR)
-        _store_cube(QR_S, cs * q2 + sn * q1, bhc, t3, r3, jp3, mj3, N, R, CR)
+    _store_cube(QR_S, cs * q1 - sn * q2, bhc, t3, r3, j3, mj3, N, R, CR)
+    _store_cube(QR_S, cs * q2 + sn * q1, bhc, t3, r3, jp3, mj3, N, R, CR)
     k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
     k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
     _store_cube(KR_S, cs * k1 - sn * k2, bhc, t3, r3, j3, mj3, N, R, CR)

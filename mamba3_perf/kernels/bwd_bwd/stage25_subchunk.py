@@ -30,7 +30,7 @@ geomean over all eleven (two host-bound there: README), 1.36x slower than TileLa
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage21_halves, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd import stage21_halves, stage24_gluonaux
 from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -44,26 +44,22 @@ PRE_WARPS: int | None = None
 # diagonal terms), and program order decides whether L2 serves them once. In (b, head, chunk)
 # order a head's programs stream q / k of all chunks of b (8.4 MB on N256_P64_R4_C8) and write
 # QR / KR (34 MB) before the next head rereads them: past L2's 50 MB, so every head reads q / k
-# from HBM again, ~0.5 GB more for the pre kernel there: ~350 us at its N128 rate, most of what
-# it loses (895 us where its bytes predict ~370; a model, not a measurement). Knobs to measure
-# (off: not yet measured)
+# from HBM again, ~0.5 GB more for the pre kernel there (a model, not a measurement; `perf
+# traffic` counts 0.54 GB of q / k read with no reuse against 34 MB read once, and 2.4 GB
+# written: READ_INPUTS below). Knobs to measure (off: not yet measured)
 PRE_HEADS_INNER: bool = False
 POST_HEADS_INNER: bool = False
-# QR never stored: the pre kernel stores its steps' cos / sin ([B,H,S,RD], RD = N/4) and the
-# Triton aux and state pass rotate q (16-bit, one row per G group of heads, ~17 MB on
-# N256_P64_R4_C8: L2 can hold it) as they load it (common.qr_rows). On N256_P64_R4_C8 QR is
-# 0.54 GB, written by the pre kernel and read back by the aux and the wave pass: ~1.6 GB of HBM
-# traffic for ~67 MB of tables (a count of bytes, not a measurement), against six masked loads
-# where one was (q, its partner columns on either side, cos, sin) and more registers: ptxas,
-# Triton 3.6, sm_90, N256_P64_R4_C8's launches (benchmarks/ptxas_stage.py --knob; the wave pass
-# as the full-size case launches it, stage15_passwave.uses_wave forced): the aux 218 -> 255
-# registers, 0 -> 4 B of spill stores, 35 -> 94 KB of shared memory, its two N loops 288 / 374
-# -> 549 / 572 SASS instructions a step; the wave pass 0 -> 24 B of spills, 49 -> 94 KB (its
-# loads pipelined two deep: stage15_passwave.INLINE_PASS_LAUNCH), 477 -> 870 instructions a
-# step; the aux's spill stores 392 -> 496 B on N128_P128_R4_C8 (QR 0.27 GB), 2100 -> 2264 on
-# N64_P128_R4_C16 (0.13 GB). Only where those kernels are the QR readers (:func:`inlines_qr`).
-# Off: not yet measured
-QR_INLINE: bool = False
+# QB, KB, PsiV and dPhiO from the 16-bit inputs on every shape, not only where stage10 measured it
+# faster (P <= 64, 32 <= N <= 128; stage10_fewscratch.reads_inputs), a rule measured against
+# stage9's kernels. Counted by `perf traffic` (mamba3_perf.analysis.traffic, the interpreter's
+# plan), on N256_P64_R4_C8 the pre kernel writes 2.42 GB, 1.34 of them those four buffers, and its
+# time there (895 us) is what 2.4 GB take at ~2.7 TB/s; with this knob the stage's compulsory bytes
+# go 13.7 -> 10.8 GB there, 10.2 -> 7.7 on N128_P128_R4_C8, 6.0 -> 4.0 on N64_P128_R4_C16, 2.2 ->
+# 1.2 on N16_P64_R4_C8. What stage10 measured against it is the Triton aux forming PsiV / dPhiO from
+# gathered v / dout rows: ptxas (Triton 3.6, sm_90) counts its spill stores 0 -> 32 B on N256, 392
+# -> 1000 on N128_P128, 2100 -> 3882 on N64_P128 (where aux_gluon.WIDE_P would replace it), 184 ->
+# 516 on N16. Off: not yet measured
+READ_INPUTS: bool = False
 
 
 # elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
@@ -129,17 +125,10 @@ def pre_launch(meta) -> dict | None:
     return SUB_LAUNCH if _halves_pre(meta) else None
 
 
-def inlines_qr(x: dict, meta) -> bool:
-    """Whether QR_INLINE applies to ``x`` and ``meta``: the streamed aux (the C*R that fold), not
-    the Gluon aux (which reads QR by TMA). Both pre kernels stage25 launches (stage21's halves,
-    stage11's at P = 128) store the rotary tables."""
-    return QR_INLINE and stage7_streamaux.folds(meta) and not stage24_gluonaux.uses_gluon_aux(x, meta)
-
-
 def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
-    if inlines_qr(x, meta):
-        kw["qr_inline"] = True
+    if READ_INPUTS:
+        kw["inputs"] = True
     if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True
     if POST_HEADS_INNER:  # every post kernel stage25 launches (stage11's, stage21's) takes it

@@ -23,8 +23,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
-    dstates_step, fdot, fused_rows, load_rows, load_state_tile, load_time, pow2, qr_inline_args, qr_rows,
-    scalar_ptr_or_dummy,
+    dstates_step, fdot, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_state_tile_t, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -42,13 +41,12 @@ TERMS_LAUNCH = dict(num_warps=8, num_stages=1)
 @triton.jit
 def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, cols, p, S, H, N, P,
                     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr,
-                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr,
-                    Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE: tl.constexpr):
+                    PREC: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr, TRANS: tl.constexpr):
     """The reverse walk of a state pass program over the chunks of (b, h) ``bh`` for N columns
     ``cols`` and P columns ``p``: DST[c] = the dstates chunk c sees (the gradient w.r.t. the
     state leaving it). INPUTS (stage10): dPhiO from dout (and mimo_o), not the pre kernel's
     DPHIO. TRANS (stage15): the tile is held transposed, [BPB, BNB], so that the increment's dot
-    dPhiO^T qr has P rows. Q ... QR_INLINE: :func:`pass_operands`'."""
+    dPhiO^T qr has P rows."""
     nc = S // C
     if TRANS:
         run = tl.zeros([BPB, BNB], dtype=tl.float32)
@@ -59,7 +57,7 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
         c = nc - 1 - cc
         bhc = bh * nc + c
         dphio, ecs, qr = pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
-                                       C, R, REDUCE_O, INPUTS, Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE)
+                                       C, R, REDUCE_O, INPUTS)
         decay = tl.load(DECAY_S + bhc)
         if TRANS:
             store_state_tile_t(DST_S, run, bhc, cols, p, N, P)
@@ -71,17 +69,14 @@ def state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, bh, c
 
 @triton.jit
 def pass_operands(QR_S, DPHIO_S, ECS_S, DOUT, V, MV, MO, bh, c, cols, p, S, H, N, P,
-                  C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-                  Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE: tl.constexpr):
+                  C: tl.constexpr, R: tl.constexpr, REDUCE_O: tl.constexpr, INPUTS: tl.constexpr):
     """What chunk c's term of the reverse recurrence, (dPhiO exp(da_cs))^T qr, is made of: dPhiO
-    [C*R, len(p)], exp(da_cs) per row [C*R] and qr [C*R, len(cols)] (QR, or with QR_INLINE
-    rotated from q, its bias Q / QBIAS and the cos / sin tables: common.qr_rows)."""
+    [C*R, len(p)], exp(da_cs) per row [C*R] and qr [C*R, len(cols)]."""
     CR: tl.constexpr = C * R
     bhc = bh * (S // C) + c
     i, ti, ri = fused_rows(C, R)
     ecs = load_time(ECS_S, bh, c * C + ti, S)
-    qr = qr_rows(QR_S, Q, QBIAS, COS_S, SIN_S, bh // H, bh % H, bh, bhc, i, c * C + ti, ri, cols, S, H, G, N, RD,
-                 R, CR, QR_INLINE)
+    qr = load_rows(QR_S, bhc, i, cols, N, CR)
     # dPhiO only: PsiV's pointer is never read, DPHIO_S stands in for it
     _psiv, dphio = chunk_psiv_dphio(DPHIO_S, DPHIO_S, DOUT, V, MV, MO, bh // H, bh % H, bhc, i, c * C + ti,
                                     ri, p, S, H, P, R, CR, REDUCE_O, INPUTS)
@@ -95,13 +90,11 @@ def bwd_bwd_state_pass_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-    Q=None, QBIAS=None, COS_S=None, SIN_S=None, G=1, RD=1, QR_INLINE: tl.constexpr = False,
 ):
     """The state pass on a (B*H, N/BNB, P/BPB) grid of [BNB, BPB] dstates tiles (state_pass_loop)."""
     state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, tl.program_id(0).to(tl.int64),
                     tl.program_id(1) * BNB + tl.arange(0, BNB), tl.program_id(2) * BPB + tl.arange(0, BPB),
-                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False,
-                    Q, QBIAS, COS_S, SIN_S, G, RD, QR_INLINE)
+                    S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False)
 
 
 @triton.jit
@@ -202,8 +195,7 @@ def terms_block(meta, tile_elems: int = TERMS_TILE_ELEMS) -> int:
 
 
 def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10); q rotated in the kernel
-    where the pre kernel stored the rotary tables in place of QR (common.inlines_qr)."""
+    """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10)."""
     bnb, bpb = pass_tiles(meta)
     grid = (meta.B * meta.H, triton.cdiv(meta.N, bnb), triton.cdiv(meta.P, bpb))
     bwd_bwd_state_pass_kernel[grid](
@@ -211,7 +203,7 @@ def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
         *value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
         C=meta.C, R=meta.R, BNB=bnb, BPB=bpb, PREC=dot_precision(x["q"].device),
-        REDUCE_O=meta.reduce_o, INPUTS=inputs, **qr_inline_args(s, meta, x), **PASS_LAUNCH,
+        REDUCE_O=meta.reduce_o, INPUTS=inputs, **PASS_LAUNCH,
     )
 
 

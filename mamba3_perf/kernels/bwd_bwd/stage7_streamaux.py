@@ -22,8 +22,8 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, load_biased_rows,
-    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, qr_inline_args, qr_rows, scalar_ptr_or_dummy,
-    score_grads, score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time, wt_rows,
+    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy, score_grads,
+    score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -51,7 +51,6 @@ def bwd_bwd_aux_streamed_kernel(
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, INCREMENTS: tl.constexpr,
     NB1: tl.constexpr,
-    COS_S=None, SIN_S=None, RD=1, QR_INLINE: tl.constexpr = False,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
@@ -61,8 +60,7 @@ def bwd_bwd_aux_streamed_kernel(
     across lanes once, after the loop. INCREMENTS (stage20): the second N loop also forms the
     chunk's term of the dstates recurrence, (dPhiO exp(da_cs))^T qr, on each block of qr it
     loads and stores it to DST[c] ([N, P], as stage17's increment kernel does). NB1: the first
-    N loop's block (NB before stage22). QR_INLINE (a stage25 knob): q rotated here from the
-    inputs and the pre kernel's cos / sin tables, not loaded from QR (common.qr_rows)."""
+    N loop's block (NB before stage22)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)
@@ -75,8 +73,7 @@ def bwd_bwd_aux_streamed_kernel(
     for n0 in range(0, N, NB1):
         cols = n0 + tl.arange(0, NB1)
         ks = load_rows(KR_S, bhc, i, cols, N, CR) * ts[:, None]
-        lkq += fdot(ks, tl.trans(qr_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, bh, bhc, i, tpos, ri, cols,
-                                         S, H, G, N, RD, R, CR, QR_INLINE)), PREC)
+        lkq += fdot(ks, tl.trans(load_rows(QR_S, bhc, i, cols, N, CR)), PREC)
     qkd, same = load_qkd(QKDOT, bh, tpos, ti, ri, S, R)
     dssda, dgam = score_grads(lkq, dkq, qkd, C, R)
     tl.store(DSSDA + (bhc * C + tc[:, None]) * C + tc[None, :], dssda)
@@ -103,8 +100,7 @@ def bwd_bwd_aux_streamed_kernel(
         dphio_e = tl.trans(dphio * ecs[:, None])  # [BP, CR]
     for n0 in range(0, N, NB):
         cols = n0 + nb
-        qr = qr_rows(QR_S, Q, QBIAS, COS_S, SIN_S, b, h, bh, bhc, i, tpos, ri, cols, S, H, G, N, RD, R, CR,
-                     QR_INLINE)
+        qr = load_rows(QR_S, bhc, i, cols, N, CR)
         if INCREMENTS:
             store_state_tile_t(DST_S, fdot(dphio_e, qr, PREC), bhc, cols, p, N, P)
         store_rows(DKS_S, fdot(dkqw, qr, PREC), bhc, i, cols, N, CR)
@@ -170,8 +166,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         C=meta.C, R=meta.R, NB=min(AUX_NBLOCK, bk["BN"]), BP=bk["BP"], HAS_D=meta.has_d,
         NB1=min(lkq_block or AUX_NBLOCK, bk["BN"]),
         **split_precisions(x, low=low_precision), REDUCE_O=meta.reduce_o, INPUTS=inputs,
-        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, INCREMENTS=increments, **qr_inline_args(s, meta),
-        **(launch or STREAM_LAUNCH),
+        DIAG_BLOCKS=diag_blocks, LATE_SUMS=late_sums, INCREMENTS=increments, **(launch or STREAM_LAUNCH),
     )
 
 
@@ -185,7 +180,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
-             state_terms=None, aux=None, qr_inline: bool = False) -> None:
+             state_terms=None, aux=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -200,19 +195,11 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     DST, which ``state_pass`` must then only scan (stage20); ``lkq_block``: the aux's first N
     loop's block (stage22); ``state_terms``: state_terms' launcher
     (stage6_statepass.launch_state_terms's signature, the default; stage23); ``aux``: the aux's
-    launcher (:func:`launch_aux`'s signature, the default; stage24); ``qr_inline``: the pre kernel
-    stores the rotary's cos / sin tables (COS, SIN) in place of QR and every reader of QR rotates q
-    itself (common.qr_rows; a stage25 knob: ``pre`` must take ROT_TABLE, the readers must be this
-    module's aux and stage6's / stage15's / stage17's passes)."""
-    if qr_inline and (aux is not None or not folds(meta)):
-        raise ValueError("only this module's streamed aux rotates q itself (qr_inline): "
-                         + ("another aux was given" if aux is not None else
-                            f"stage5's aux reads QR where C*R = {meta.C * meta.R} does not fold"))
+    launcher (:func:`launch_aux`'s signature, the default; stage24)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
-    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ()) + (("QR",) if qr_inline else ())
-    names = (PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
-             + (("COS", "SIN") if qr_inline else ()))
+    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
+    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
     pre(x, s, meta, inputs=inputs)
