@@ -209,12 +209,32 @@ def kernel_traffic(stage: str, case: Case, *, samples: int = 8, inputs: dict | N
                                     for name, (tag, _) in kernel_tags().items()})
 
 
-def per_kernel(traffic: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFrame:
+# The Gluon kernels Hopper runs in place of the Triton kernels the interpreter counts (stage23,
+# stage24): the same tensors, so a measured time of one is set beside the count of the other.
+GLUON_STANDS_IN = {
+    "bwd_bwd_aux_gluon_kernel": "bwd_bwd_aux_streamed_kernel",
+    "bwd_bwd_state_terms_gluon_kernel": "bwd_bwd_state_terms_kernel",
+}
+
+
+def per_kernel(traffic: pd.DataFrame, device: DeviceSpec = H200, measured: pd.DataFrame | None = None
+               ) -> pd.DataFrame:
     """One row per launch: compulsory and no-reuse bytes read and written, and the time the
-    compulsory bytes take at ``device``'s HBM bandwidth (``hbm_us``)."""
+    compulsory bytes take at ``device``'s HBM bandwidth (``hbm_us``). ``measured``: a
+    KERNEL_EVENTS frame (mamba3_perf.traces.load) of one stage's runs on the same case; each
+    kernel's median ``dur_us`` and, where the trace has them (Nsight Compute), ``dram_bytes``
+    join as ``measured_us``, ``tbps`` (compulsory bytes per measured second, TB/s), ``dram_bytes``
+    and ``measured_kernel`` (a Gluon kernel measured in place of the Triton kernel counted:
+    :data:`GLUON_STANDS_IN`)."""
     sums = ["read_bytes", "write_bytes", "read_no_reuse", "write_no_reuse"]
     out = traffic.groupby(["launch", "kernel", "tag"], sort=True, dropna=False)[sums].sum().reset_index()
     out["bytes"] = out["read_bytes"] + out["write_bytes"]
     out["no_reuse"] = out["read_no_reuse"] + out["write_no_reuse"]
     out["hbm_us"] = out["bytes"] / device.hbm_bytes_per_s * 1e6
+    if measured is not None:
+        ev = measured.assign(counted=measured["kernel_name"].map(lambda k: GLUON_STANDS_IN.get(k, k)))
+        med = ev.groupby("counted").agg(measured_kernel=("kernel_name", "first"), measured_us=("dur_us", "median"),
+                                        dram_bytes=("dram_bytes", "median"))
+        out = out.join(med, on="kernel")
+        out["tbps"] = out["bytes"] / out["measured_us"] / 1e6
     return out

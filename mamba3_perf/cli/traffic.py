@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +33,9 @@ def traffic(
     device: str = typer.Option("h200", help="whose HBM bandwidth times the bytes: h200 | 910b"),
     tensors: bool = typer.Option(False, "--tensors", help="also list every (kernel, tensor) row"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the per-tensor rows as JSON"),
+    measured: Optional[Path] = typer.Option(None, help="a profiler trace of this stage on this case "
+                                            "(any perf import format): its kernel times (and ncu's "
+                                            "DRAM bytes) beside the counts"),
 ):
     """Bytes read and written per kernel (compulsory, and with no reuse across programs)."""
     from mamba3_perf import backend as be
@@ -53,22 +57,34 @@ def traffic(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--knob") from None
     name = stage or list_stages()[-1].name
+    events = None
+    if measured is not None:
+        from mamba3_perf.traces import load
+
+        events = load(measured)  # a bad trace fails here, before the count
     typer.echo(NOTE)
     with knobs:
         rows = kernel_traffic(name, c, samples=samples)
-    kernels = per_kernel(rows, spec)
+    kernels = per_kernel(rows, spec, measured=events)
     console = Console(width=140)
     unit, scale = ("GB", 1e9) if kernels.no_reuse.sum() >= 1e9 else ("MB", 1e6)
     t = Table(title=f"{name} on {c.id} ({c.shape_label}){' ' + ' '.join(knob) if knob else ''}: {unit}, "
                     f"us at {spec.name}'s {spec.hbm_bytes_per_s / 1e12:.1f} TB/s")
-    for col in ("#", "kernel", "tag", "read", "write", "total", "no reuse", "us"):
+    extra = []
+    if events is not None:
+        extra = [("measured us", "measured_us", 1, ".1f"), ("TB/s", "tbps", 1, ".2f")]
+        if kernels["dram_bytes"].notna().any():
+            extra.append((f"DRAM {unit}", "dram_bytes", scale, ".3f"))
+    for col in ("#", "kernel", "tag", "read", "write", "total", "no reuse", "us", *(e[0] for e in extra)):
         t.add_column(col, justify="left" if col in ("kernel", "tag") else "right")
     total = kernels.sum(numeric_only=True)
+    total["tbps"] = total["bytes"] / total["measured_us"] / 1e6 if events is not None else None
     for launch, kernel, tag, r in [*((str(r.launch), r.kernel, str(r.tag), r) for _, r in kernels.iterrows()),
                                    ("", "all", "", total)]:
         t.add_row(launch, kernel, tag,
                   *(f"{r[k] / scale:.3f}" for k in ("read_bytes", "write_bytes", "bytes", "no_reuse")),
-                  f"{r['hbm_us']:.1f}")
+                  f"{r['hbm_us']:.1f}",
+                  *("" if pd.isna(r[k]) else f"{r[k] / div:{fmt}}" for _, k, div, fmt in extra))
     console.print(t)
     if tensors:
         d = Table(title="per tensor, MB (compulsory read / write; no reuse read / write)")

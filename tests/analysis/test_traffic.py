@@ -77,3 +77,29 @@ def test_needs_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(BackendError, match="interpreter"):
         traffic.kernel_traffic("stage25_subchunk", get_case("pw-1"))
+
+
+def test_per_kernel_sets_measured_times_and_dram_beside_the_counts():
+    """Each kernel's median measured time and DRAM bytes join by name; a Gluon kernel's measured
+    time joins the Triton kernel it stands in for; kernels the trace lacks stay blank."""
+    import pandas as pd
+
+    rows = pd.DataFrame([
+        dict(launch=0, kernel="bwd_bwd_pre_halves_kernel", tag="pre", tensor="QR_S", tensor_bytes=4e9,
+             read_bytes=0.0, write_bytes=2e9, read_no_reuse=0.0, write_no_reuse=2e9, programs=8, sampled=8),
+        dict(launch=1, kernel="bwd_bwd_state_terms_kernel", tag="post", tensor="DST_S", tensor_bytes=4e9,
+             read_bytes=1e9, write_bytes=0.0, read_no_reuse=1e9, write_no_reuse=0.0, programs=8, sampled=8),
+        dict(launch=2, kernel="bwd_bwd_chunk_sum_kernel", tag="post", tensor="DD", tensor_bytes=8,
+             read_bytes=0.0, write_bytes=8.0, read_no_reuse=0.0, write_no_reuse=8.0, programs=1, sampled=1),
+    ], columns=list(traffic.COLUMNS))
+    events = pd.DataFrame(dict(
+        kernel_name=["bwd_bwd_pre_halves_kernel"] * 3 + ["bwd_bwd_state_terms_gluon_kernel"],
+        dur_us=[900.0, 1000.0, 5000.0, 500.0], dram_bytes=[2.1e9, 2.2e9, 2.3e9, float("nan")]))
+    out = traffic.per_kernel(rows, measured=events).set_index("kernel")
+    assert out.loc["bwd_bwd_pre_halves_kernel", "measured_us"] == 1000.0
+    assert out.loc["bwd_bwd_pre_halves_kernel", "dram_bytes"] == 2.2e9
+    assert out.loc["bwd_bwd_pre_halves_kernel", "tbps"] == pytest.approx(2.0)
+    assert out.loc["bwd_bwd_state_terms_kernel", "measured_kernel"] == "bwd_bwd_state_terms_gluon_kernel"
+    assert out.loc["bwd_bwd_state_terms_kernel", "tbps"] == pytest.approx(2.0)
+    assert pd.isna(out.loc["bwd_bwd_chunk_sum_kernel", "measured_us"])
+    assert out.loc["bwd_bwd_pre_halves_kernel", "hbm_us"] == pytest.approx(2e9 / traffic.H200.hbm_bytes_per_s * 1e6)

@@ -32,3 +32,24 @@ def test_traffic_prints_per_kernel_bytes_and_writes_rows(tmp_path, capsys):
 def test_traffic_bad_options_exit_2(capsys, args, message):
     assert main(["traffic", "--case", "pw-1", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_traffic_sets_a_recorded_ncu_page_beside_the_counts(capsys):
+    """stage17's Nsight Compute page of N128_P64_R4_C16 (H200): its times and DRAM bytes join the
+    small case's counts by kernel name (the numbers differ by case; the columns are what is checked)."""
+    from pathlib import Path
+
+    page = Path(__file__).parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage17_scanpass-stalls-raw.csv"
+    assert main(["traffic", "--case", "small-N128_P64_R4_C16", "--stage", "stage17_scanpass", "--samples", "2",
+                 "--measured", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "measured us" in text and "TB/s" in text and "DRAM MB" in text
+    assert "1390.3" in text  # the aux's duration on the H200's page
+
+
+def test_traffic_refuses_a_corrupt_trace_before_counting(tmp_path, capsys):
+    bad = tmp_path / "trace.json"
+    bad.write_text('{"traceEvents": [')
+    assert main(["traffic", "--case", "pw-1", "--measured", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert "trace.json" in captured.err and "counted on" not in captured.out
