@@ -107,18 +107,33 @@ def test_programs_heads_inner_match_golden(monkeypatch, knob, case_id, steps):
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 @pytest.mark.parametrize("case_id", ["small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P128_R4_C8",
                                      "small-N16_P64_R4_C8", "tail-40"])
-def test_read_inputs_everywhere_matches_golden_and_stores_no_input_copies(monkeypatch, case_meta, case_id):
+@pytest.mark.parametrize("mode,gone", [(1, {"QB_S", "KB_S", "PSIV_S", "DPHIO_S"}), (2, {"QB_S", "KB_S"})])
+def test_read_inputs_everywhere_matches_golden_and_stores_no_input_copies(monkeypatch, case_meta, case_id, mode,
+                                                                          gone):
     """READ_INPUTS: where stage10's rule keeps QB, KB, PsiV and dPhiO in scratch (N > 128, N < 32,
-    P = 128), every reader loads the inputs instead; the pre kernel stores none of them (counted
-    by analysis.traffic: its counts change with the knob) and the outputs meet the golden."""
+    P = 128), every reader loads the inputs instead (1), or the post kernel q / k alone (2); the
+    pre kernel stores none of those copies (counted by analysis.traffic: its counts change with
+    the knob), keeps the others, and the outputs meet the golden. 2 applies only where the aux
+    stores the diagonal weight blocks (not at N = 16): elsewhere it changes nothing."""
     from mamba3_perf.analysis import traffic
-    from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch
+    from mamba3_perf.kernels.bwd_bwd import stage10_fewscratch, stage13_diagpost
 
     c = get_case(case_id)
     assert not stage10_fewscratch.reads_inputs(case_meta(c))
+    if mode == 2 and not stage13_diagpost.moves_diagonal(case_meta(c)):
+        gone = set()
     copies = {"QB_S", "KB_S", "PSIV_S", "DPHIO_S"}
     assert copies <= set(traffic.kernel_traffic("stage25_subchunk", c, samples=2).tensor)
-    monkeypatch.setattr(stage25_subchunk, "READ_INPUTS", True)
+    monkeypatch.setattr(stage25_subchunk, "READ_INPUTS", mode)
     rows = check_stage("stage25_subchunk", c)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
-    assert not copies & set(traffic.kernel_traffic("stage25_subchunk", c, samples=2).tensor)
+    assert set(traffic.kernel_traffic("stage25_subchunk", c, samples=2).tensor) & copies == copies - gone
+
+
+def test_qk_inputs_only_where_the_aux_reads_no_qb_kb(case_meta):
+    """Without the diagonal weight blocks the aux reads QB / KB itself: q / k alone from the inputs
+    would leave it reading scratch that is not written."""
+    from mamba3_perf.kernels.bwd_bwd import stage7_streamaux
+
+    with pytest.raises(ValueError, match="diag_blocks"):
+        stage7_streamaux.run_with({}, {}, case_meta("small-N256_P64_R4_C8"), low_precision=True, qk_inputs=True)

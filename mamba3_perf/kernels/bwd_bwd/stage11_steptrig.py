@@ -33,9 +33,11 @@ def bwd_bwd_pre_steptrig_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr,
+    INPUTS: tl.constexpr, QK_INPUTS: tl.constexpr = False,
 ):
-    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN])."""
+    """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]).
+    QK_INPUTS: QB / KB are not stored (their readers load q / k) though PsiV / dPhiO are
+    (launch_pre's ``qk_inputs``)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -56,9 +58,10 @@ def bwd_bwd_pre_steptrig_kernel(
     kb = load_biased(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
     kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
     _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)
-    if not INPUTS:
+    if not INPUTS and not QK_INPUTS:
         _store_cube(QB_S, qb, bhc, t3, r3, n3, mn3, N, R, CR)
         _store_cube(KB_S, kb, bhc, t3, r3, n3, mn3, N, R, CR)
+    if not INPUTS:
         stage1_pre.store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, tl.arange(0, BP),
                                     S, H, P, R, CR, REDUCE_O)
     store_chunk_scalars(DT, TRAP, DACS, DACSREV, SEGSUM, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,

@@ -114,14 +114,18 @@ def scratch_args(s: dict) -> tuple:
 
 
 def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None,
-               steps: int | None = None, heads_inner: bool = False) -> None:
+               steps: int | None = None, heads_inner: bool = False, qk_inputs: bool = False) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
     ``kernel``: another pre kernel of the same signature (stage11); ``launch``: its launch
     options (default CHUNK_LAUNCH; stage16); ``steps``: time steps per program, a divisor of the
     chunk size, for a ``kernel`` that takes SUB (stage21's halves kernel; stage25): launched
     with C = ``steps`` and SUB = C / steps times the programs; ``heads_inner``: for the same
-    kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER)."""
+    kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER);
+    ``qk_inputs``: without ``inputs``, leave QB and KB unwritten but store PsiV and dPhiO (stage11's
+    and stage21's kernels, QK_INPUTS; stage7_streamaux.run_with's ``qk_inputs``)."""
     extra = dict(HEADS_INNER=True) if heads_inner else {}
+    if qk_inputs and not inputs:
+        extra["QK_INPUTS"] = True
     sub = sub_chunk(meta, steps)
     if sub is not meta:
         meta, extra = sub, dict(extra, SUB=meta.C // sub.C)

@@ -79,13 +79,15 @@ def bwd_bwd_pre_halves_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, SUB: tl.constexpr = 1, HEADS_INNER: tl.constexpr = False,
+    QK_INPUTS: tl.constexpr = False,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
     cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
     C of a chunk's SUB * C steps (stage25's sub-chunks: launched with C the sub-chunk and that
     many more programs); each stores its steps' rows and scalars, and the first of a chunk's SUB
     programs the chunk's decay matrix and decay. HEADS_INNER: program ids in (b, chunk, head) order
-    (common.chunk_coords; a stage25 knob)."""
+    (common.chunk_coords; a stage25 knob). QK_INPUTS: QB / KB are not stored though PsiV / dPhiO
+    are (launch_pre's ``qk_inputs``)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -99,11 +101,12 @@ def bwd_bwd_pre_halves_kernel(
     k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
     _store_cube(KR_S, cs * k1 - sn * k2, bhc, t3, r3, j3, mj3, N, R, CR)
     _store_cube(KR_S, cs * k2 + sn * k1, bhc, t3, r3, jp3, mj3, N, R, CR)
-    if not INPUTS:
+    if not INPUTS and not QK_INPUTS:
         _store_cube(QB_S, q1, bhc, t3, r3, j3, mj3, N, R, CR)
         _store_cube(QB_S, q2, bhc, t3, r3, jp3, mj3, N, R, CR)
         _store_cube(KB_S, k1, bhc, t3, r3, j3, mj3, N, R, CR)
         _store_cube(KB_S, k2, bhc, t3, r3, jp3, mj3, N, R, CR)
+    if not INPUTS:
         stage1_pre.store_value_rows(DOUT, V, MV, MO, PSIV_S, DPHIO_S, b, h, bhc, i, tpos, ri, tl.arange(0, BP),
                                     S, H, P, R, CR, REDUCE_O)
     if SUB == 1:

@@ -30,7 +30,7 @@ geomean over all eleven (two host-bound there: README), 1.36x slower than TileLa
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage21_halves, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage13_diagpost, stage21_halves, stage24_gluonaux
 from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -49,17 +49,19 @@ PRE_WARPS: int | None = None
 # written: READ_INPUTS below). Knobs to measure (off: not yet measured)
 PRE_HEADS_INNER: bool = False
 POST_HEADS_INNER: bool = False
-# QB, KB, PsiV and dPhiO from the 16-bit inputs on every shape, not only where stage10 measured it
-# faster (P <= 64, 32 <= N <= 128; stage10_fewscratch.reads_inputs), a rule measured against
-# stage9's kernels. Counted by `perf traffic` (mamba3_perf.analysis.traffic, the interpreter's
-# plan), on N256_P64_R4_C8 the pre kernel writes 2.42 GB, 1.34 of them those four buffers, and its
-# time there (895 us) is what 2.4 GB take at ~2.7 TB/s; with this knob the stage's compulsory bytes
-# go 13.7 -> 10.8 GB there, 10.2 -> 7.7 on N128_P128_R4_C8, 6.0 -> 4.0 on N64_P128_R4_C16, 2.2 ->
-# 1.2 on N16_P64_R4_C8. What stage10 measured against it is the Triton aux forming PsiV / dPhiO from
+# 1: QB, KB, PsiV and dPhiO from the 16-bit inputs on every shape, not only where stage10 measured
+# it faster (P <= 64, 32 <= N <= 128; stage10_fewscratch.reads_inputs), a rule measured against
+# stage9's kernels; 2: only QB / KB, which only the post kernel reads (where the aux stores the
+# diagonal weight blocks, stage13_diagpost.moves_diagonal), PsiV and dPhiO still in scratch for the
+# Triton aux. Counted by `perf traffic` (mamba3_perf.analysis.traffic, the interpreter's plan), on
+# N256_P64_R4_C8 the pre kernel writes 2.42 GB, 1.34 of them those four buffers (1.07 QB / KB), and
+# its time there (895 us) is what 2.4 GB take at ~2.7 TB/s; with 1 the stage's compulsory bytes go
+# 13.7 -> 10.8 GB there, 10.2 -> 7.7 on N128_P128_R4_C8, 6.0 -> 4.0 on N64_P128_R4_C16, 2.2 -> 1.2
+# on N16_P64_R4_C8. What stage10 measured against it is the Triton aux forming PsiV / dPhiO from
 # gathered v / dout rows: ptxas (Triton 3.6, sm_90) counts its spill stores 0 -> 32 B on N256, 392
 # -> 1000 on N128_P128, 2100 -> 3882 on N64_P128 (where aux_gluon.WIDE_P would replace it), 184 ->
-# 516 on N16. Off: not yet measured
-READ_INPUTS: bool = False
+# 516 on N16; 2 leaves the aux as it is. 0: the rule. Not yet measured
+READ_INPUTS: int = 0
 
 
 # elements of a sub-chunk's [steps, R, N] tile: measured best on 4 warps (module docstring); the
@@ -127,8 +129,10 @@ def pre_launch(meta) -> dict | None:
 
 def run(x: dict, out: dict, meta) -> None:
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
-    if READ_INPUTS:
+    if READ_INPUTS == 1:
         kw["inputs"] = True
+    elif READ_INPUTS == 2 and stage7_streamaux.folds(meta) and stage13_diagpost.moves_diagonal(meta):
+        kw["qk_inputs"] = True
     if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True
     if POST_HEADS_INNER:  # every post kernel stage25 launches (stage11's, stage21's) takes it

@@ -172,6 +172,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
 
 # the pre scratch that stage10's readers take from the inputs instead
 INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
+# those of them that only the post kernel reads where it forms the diagonal terms (run_with's qk_inputs)
+QK_OPERANDS = ("QB", "KB")
 # the aux's diagonal-term rows, which stage13's post kernel forms itself
 DIAG_ROWS = ("DQD", "DKD")
 
@@ -180,7 +182,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
-             state_terms=None, aux=None) -> None:
+             state_terms=None, aux=None, qk_inputs: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -195,14 +197,22 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     DST, which ``state_pass`` must then only scan (stage20); ``lkq_block``: the aux's first N
     loop's block (stage22); ``state_terms``: state_terms' launcher
     (stage6_statepass.launch_state_terms's signature, the default; stage23); ``aux``: the aux's
-    launcher (:func:`launch_aux`'s signature, the default; stage24)."""
+    launcher (:func:`launch_aux`'s signature, the default; stage24); ``qk_inputs``: where
+    ``inputs`` is false, the pre-rotation q / k alone come from the inputs (QB / KB unwritten,
+    the post kernel loads q / k; PsiV and dPhiO stay in scratch); only with ``diag_blocks``, where
+    the aux reads no QB / KB (a stage25 knob)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
-    skip = (INPUT_OPERANDS if inputs else ()) + (DIAG_ROWS if diag_blocks else ())
+    qk_inputs = qk_inputs and not inputs
+    if qk_inputs and not diag_blocks:
+        raise ValueError("qk_inputs: only where the post kernel forms the diagonal terms (diag_blocks); "
+                         "otherwise the aux reads QB / KB")
+    skip = ((INPUT_OPERANDS if inputs else QK_OPERANDS if qk_inputs else ())
+            + (DIAG_ROWS if diag_blocks else ()))
     names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
-    pre(x, s, meta, inputs=inputs)
+    pre(x, s, meta, inputs=inputs, **(dict(qk_inputs=True) if qk_inputs else {}))
     (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
                         diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments,
                         lkq_block=lkq_block)
@@ -210,7 +220,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     (state_terms or stage6_statepass.launch_state_terms)(x, s, out, meta, **(terms or {}), inputs=inputs,
                                                         late_sums=late_sums)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
-    post(x, s, out, meta, inputs=inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
+    post(x, s, out, meta, inputs=inputs or qk_inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 
 
 def run(x: dict, out: dict, meta) -> None:
