@@ -1,13 +1,23 @@
 """``perf check`` and ``perf stages``: run a stage against the fp64 golden."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from mamba3_perf.cli import app
+
+
+# the options that name one case, shared by the commands that take one (defaults in each signature)
+ShapeOpt = Annotated[Optional[str], typer.Option(help="B,S,H,G")]
+CaseOpt = Annotated[Optional[str], typer.Option(help="a named case instead of --shape")]
+NOpt = Annotated[int, typer.Option("--n", help="qk head dim N (with --shape)")]
+POpt = Annotated[int, typer.Option("--p", help="value head dim P (with --shape)")]
+RankOpt = Annotated[int, typer.Option(help="MIMO rank R (with --shape)")]
+ChunkOpt = Annotated[int, typer.Option(help="chunk size C (with --shape)")]
+DtypeOpt = Annotated[str, typer.Option(help="fp16 | bf16 | fp32 (with --shape)")]
 
 
 def case_options(shape: Optional[str], case: Optional[str], n: int, p: int, rank: int, chunk: int,
@@ -28,13 +38,13 @@ def case_options(shape: Optional[str], case: Optional[str], n: int, p: int, rank
 
 @app.command()
 def check(
-    shape: Optional[str] = typer.Option(None, help="B,S,H,G"),
-    case: Optional[str] = typer.Option(None, help="a named case instead of --shape"),
-    n: int = typer.Option(64, "--n", help="qk head dim N"),
-    p: int = typer.Option(64, "--p", help="value head dim P"),
-    rank: int = typer.Option(4, help="MIMO rank R"),
-    chunk: int = typer.Option(16, help="chunk size C"),
-    dtype: str = typer.Option("fp16", help="fp16 | bf16 | fp32"),
+    shape: ShapeOpt = None,
+    case: CaseOpt = None,
+    n: NOpt = 64,
+    p: POpt = 64,
+    rank: RankOpt = 4,
+    chunk: ChunkOpt = 16,
+    dtype: DtypeOpt = "fp16",
     per_rank: bool = typer.Option(False, "--per-rank", help="per-rank dout instead of reduce-O"),
     no_d: bool = typer.Option(False, "--no-d", help="without the D skip"),
     stage: str = typer.Option("stage0", help="ladder stage to check"),

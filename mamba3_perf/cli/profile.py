@@ -8,19 +8,19 @@ import typer
 
 from mamba3_perf.cli import app
 from mamba3_perf.cli.bench import INTERPRETER_NOTE, progress_bar
-from mamba3_perf.cli.check import case_options
+from mamba3_perf.cli.check import CaseOpt, ChunkOpt, DtypeOpt, NOpt, POpt, RankOpt, case_options
 
 
 @app.command()
 def profile(
     shape: Optional[str] = typer.Option(None, help="B,S,H,G (default: 1,64,2,1 N32 P32 R2 on the "
                                                    "CPU interpreter, 8,512,16,8 N64 P64 R4 on a device)"),
-    n: int = typer.Option(64, "--n", help="qk head dim N (with --shape)"),
-    p: int = typer.Option(64, "--p", help="value head dim P (with --shape)"),
-    rank: int = typer.Option(4, help="MIMO rank R (with --shape)"),
-    chunk: int = typer.Option(16, help="chunk size C (with --shape)"),
-    dtype: str = typer.Option("fp16", help="fp16 | bf16 | fp32 (with --shape)"),
-    case: Optional[str] = typer.Option(None, help="a named case instead of --shape"),
+    n: NOpt = 64,
+    p: POpt = 64,
+    rank: RankOpt = 4,
+    chunk: ChunkOpt = 16,
+    dtype: DtypeOpt = "fp16",
+    case: CaseOpt = None,
     stages: str = typer.Option("all", help="all, or a comma list of stages (STAGE@tf32: every dot one TF32 pass)"),
     backend: str = typer.Option("auto", help="auto | npu | cuda | cpu"),
     out: Path = typer.Option(Path("runs"), help="run store directory"),

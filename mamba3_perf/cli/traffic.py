@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mamba3_perf.cli import app
-from mamba3_perf.cli.check import case_options
+from mamba3_perf.cli.check import CaseOpt, ChunkOpt, DtypeOpt, NOpt, POpt, RankOpt, ShapeOpt, case_options
 
 NOTE = ("counted on the Triton interpreter from a sample of each launch's programs: bytes the kernels "
         "address, not timings; the plan where the Gluon kernels do not run (mamba3_perf.analysis.traffic)")
@@ -19,13 +19,13 @@ NOTE = ("counted on the Triton interpreter from a sample of each launch's progra
 
 @app.command()
 def traffic(
-    case: Optional[str] = typer.Option(None, help="a named case (full size: counting takes about a minute)"),
-    shape: Optional[str] = typer.Option(None, help="B,S,H,G instead of --case"),
-    n: int = typer.Option(64, "--n", help="qk head dim N (with --shape)"),
-    p: int = typer.Option(64, "--p", help="value head dim P (with --shape)"),
-    rank: int = typer.Option(4, help="MIMO rank R (with --shape)"),
-    chunk: int = typer.Option(16, help="chunk size C (with --shape)"),
-    dtype: str = typer.Option("fp16", help="fp16 | bf16 | fp32 (with --shape)"),
+    case: CaseOpt = None,
+    shape: ShapeOpt = None,
+    n: NOpt = 64,
+    p: POpt = 64,
+    rank: RankOpt = 4,
+    chunk: ChunkOpt = 16,
+    dtype: DtypeOpt = "fp16",
     stage: Optional[str] = typer.Option(None, help="ladder stage (default: the last)"),
     samples: int = typer.Option(8, help="programs run per launch"),
     knob: List[str] = typer.Option([], "--knob", metavar="MODULE.ATTR=v",
@@ -37,7 +37,8 @@ def traffic(
                                             "(any perf import format): its kernel times (and ncu's "
                                             "DRAM bytes) beside the counts"),
 ):
-    """Bytes read and written per kernel (compulsory, and with no reuse across programs)."""
+    """Bytes read and written per kernel (compulsory, and with no reuse across programs); a
+    full-size case takes about a minute."""
     from mamba3_perf import backend as be
 
     be.resolve("cpu")  # the interpreter, before the kernels load
