@@ -1,6 +1,7 @@
 """bench.measure on the CPU interpreter: ok, not runnable (raises), wrong (bad numbers), tilelang."""
 import json
 import math
+import os
 import uuid
 from pathlib import Path
 
@@ -315,3 +316,25 @@ def test_sweep_knob_exits_on_a_bad_knob(monkeypatch):
     assert mod["parse_knobs"](["stage25_subchunk.POST_STEPS=8,none"])[0][:2] == (stage25_subchunk, "POST_STEPS")
     with pytest.raises(SystemExit, match="--knob 'nomodule.X=1'"):
         mod["parse_knobs"](["nomodule.X=1"])
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="counts through the Triton interpreter")
+def test_sweep_knob_traffic_counts_each_combination_per_kernel(monkeypatch, tmp_path):
+    """--traffic: per (case, combination, kernel) the bytes analysis.traffic counts, in one record
+    with the command that made it; a combination that drops a copy counts fewer bytes."""
+    import runpy
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench_dir))
+    mod = runpy.run_path(str(bench_dir / "sweep_knob.py"))
+    out = tmp_path / "traffic.json"
+    argv = ["--traffic", "--cases", "small-N256_P64_R4_C8", "--stage", "stage25_subchunk", "--knob",
+            "stage25_subchunk.READ_INPUTS=0,1", "--samples", "2", "--json", str(out)]
+    mod["main"](argv)
+    rec = json.loads(out.read_text())
+    assert rec["meta"]["command"] == "python benchmarks/sweep_knob.py " + " ".join(argv)
+    rows = pd.DataFrame(rec["rows"])
+    rows["setting"] = rows["knobs"].map(lambda k: k["stage25_subchunk.READ_INPUTS"])
+    total = rows.groupby("setting")["bytes"].sum()
+    assert set(rows["kernel"]) >= {"bwd_bwd_pre_halves_kernel", "bwd_bwd_aux_streamed_kernel"}
+    assert total[1] < total[0]
