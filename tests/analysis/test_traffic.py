@@ -103,3 +103,20 @@ def test_per_kernel_sets_measured_times_and_dram_beside_the_counts():
     assert out.loc["bwd_bwd_state_terms_kernel", "tbps"] == pytest.approx(2.0)
     assert pd.isna(out.loc["bwd_bwd_chunk_sum_kernel", "measured_us"])
     assert out.loc["bwd_bwd_pre_halves_kernel", "hbm_us"] == pytest.approx(2e9 / traffic.H200.hbm_bytes_per_s * 1e6)
+
+
+def test_recording_restores_the_interpreter_when_a_launch_fails():
+    """A launch that fails inside the count (here: a grid function, which the count refuses) leaves
+    the interpreter as it found it: the next launch runs every program again."""
+    from triton.runtime import interpreter as interp
+
+    run, load = interp.InterpretedFunction.run, interp.InterpreterBuilder.create_masked_load
+    with pytest.raises(NotImplementedError, match="grid function"):
+        with traffic.recording(2):
+            _own_and_shared[lambda meta: (4,)](torch.zeros(16), torch.zeros(4, dtype=torch.float16), torch.zeros(16),
+                                               BLOCK=4)
+    assert interp.InterpretedFunction.run is run and interp.InterpreterBuilder.create_masked_load is load
+    assert "set_grid_idx" not in vars(interp.interpreter_builder)
+    z = torch.zeros(16)
+    _own_and_shared[(4,)](torch.ones(16), torch.ones(4, dtype=torch.float16), z, BLOCK=4)
+    assert (z == 2).all()
