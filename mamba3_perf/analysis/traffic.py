@@ -68,6 +68,14 @@ def _tensor_args(fn, args: tuple, kwargs: dict) -> list[tuple[str, int, int]]:
     return [("/".join(names), start, n) for (start, n), names in ranges.items()]
 
 
+def _check_counting(samples: int) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendError("the traffic count runs the kernels on the Triton interpreter: set "
+                           "TRITON_INTERPRET=1 before they load (perf traffic does)")
+    if samples < 1:
+        raise ValueError(f"samples: expected at least 1 program per launch, got {samples}")
+
+
 @contextlib.contextmanager
 def recording(samples: int):
     """Inside: every interpreted launch runs only ``samples`` of its programs
@@ -75,11 +83,7 @@ def recording(samples: int):
     and store (for :func:`traffic_table`). Needs the interpreter."""
     from triton.runtime import interpreter as interp
 
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise BackendError("the traffic count runs the kernels on the Triton interpreter: set "
-                           "TRITON_INTERPRET=1 before they load (perf traffic does)")
-    if samples < 1:
-        raise ValueError(f"samples: expected at least 1 program per launch, got {samples}")
+    _check_counting(samples)
     launches: list[_Launch] = []
 
     builder = interp.interpreter_builder
@@ -195,9 +199,7 @@ def kernel_traffic(stage: str, case: Case, *, samples: int = 8, inputs: dict | N
     from mamba3_perf.kernels.checking import run_stage
     from mamba3_perf.kernels.registry import get_stage, kernel_tags
 
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise BackendError("the traffic count runs the kernels on the Triton interpreter: set "
-                           "TRITON_INTERPRET=1 before they load (perf traffic does)")
+    _check_counting(samples)  # before the inputs are made (a minute at full size)
     spec = get_stage(stage.split("@")[0])  # an unknown stage fails here, before the inputs are made
     if inputs is None:
         from mamba3_perf.bench import prepare

@@ -27,7 +27,7 @@ def traffic(
     chunk: ChunkOpt = 16,
     dtype: DtypeOpt = "fp16",
     stage: Optional[str] = typer.Option(None, help="ladder stage (default: the last)"),
-    samples: int = typer.Option(8, help="programs run per launch"),
+    samples: int = typer.Option(8, min=1, help="programs run per launch"),
     knob: List[str] = typer.Option([], "--knob", metavar="MODULE.ATTR=v",
                                    help="set a kernels knob (mamba3_perf.kernels.knobs); repeatable"),
     device: str = typer.Option("h200", help="whose HBM bandwidth times the bytes: h200 | 910b"),

@@ -28,6 +28,7 @@ def test_traffic_prints_per_kernel_bytes_and_writes_rows(tmp_path, capsys):
     (["--knob", "stage25_subchunk.PRE_HEADS_INNER=0,1"], "one value"),
     (["--device", "tpu"], "expected h200 or 910b"),
     (["--stage", "nope"], "unknown stage 'nope'"),
+    (["--samples", "0"], "--samples"),
 ])
 def test_traffic_bad_options_exit_2(capsys, args, message):
     assert main(["traffic", "--case", "pw-1", *args]) == 2
