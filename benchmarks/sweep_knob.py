@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="count each kernel's bytes on the interpreter instead of timing (analysis.traffic)")
     ap.add_argument("--samples", type=int, default=6, help="with --traffic: programs run per launch")
     a = ap.parse_args(argv)
+    if a.samples < 1:
+        ap.error(f"--samples: expected at least 1 program per launch, got {a.samples}")
     if a.traffic:
         from mamba3_perf import backend as be
 
