@@ -157,6 +157,8 @@ STAGE_BUFFERS["stage23_gluonterms"] = STAGE_BUFFERS["stage22_lkqblock"]
 STAGE_BUFFERS["stage24_gluonaux"] = STAGE_BUFFERS["stage23_gluonterms"]
 # stage25 runs the post kernel on fewer steps per program: no buffer larger than stage24's
 STAGE_BUFFERS["stage25_subchunk"] = STAGE_BUFFERS["stage24_gluonaux"]
+# stage26 takes the Gluon aux at P = 128 (its operands in shared memory) and reads inputs: no more
+STAGE_BUFFERS["stage26_widep"] = STAGE_BUFFERS["stage25_subchunk"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 
 def test_traffic_prints_per_kernel_bytes_and_writes_rows(tmp_path, capsys):
     out = tmp_path / "t" / "traffic.json"
-    assert main(["traffic", "--case", "small-N128_P64_R4_C16", "--samples", "2", "--tensors",
+    assert main(["traffic", "--case", "small-N128_P64_R4_C16", "--stage", "stage25_subchunk", "--samples", "2",
+                 "--tensors",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.splitlines()[0].startswith("counted on the Triton interpreter")

@@ -303,7 +303,7 @@ def bwd_bwd_aux_gluon_kernel(
 WIDE_P: bool = False
 
 
-def supported(meta) -> bool:
+def supported(meta, wide_p: bool | None = None) -> bool:
     """The shapes this kernel runs on: C*R = 64 fused rows (a warpgroup's least), P = 64 or 32
     (the increments' [P, NB] product on 64 rows; 128 too with WIDE_P), N a multiple of 32 (whole
     k / q blocks of both N walks). The kernel also computes C*R = 32 on 64 rows (the padded rows' paths are written
@@ -311,7 +311,7 @@ def supported(meta) -> bool:
     stage22's aux with its wave pass: on N256_P64_R4_C8 the Gluon aux took 3383 us and the scan
     549 against 1866 us for the Triton aux and 772 for the wave pass
     (records/profile-N256_P64_R4_C8-gluonaux-db00c95/aux-c32/), so C*R = 32 keeps stage22's."""
-    widths = (32, 64, 128) if WIDE_P else (32, 64)
+    widths = (32, 64, 128) if (WIDE_P if wide_p is None else wide_p) else (32, 64)
     return meta.C * meta.R == 64 and meta.P in widths and meta.N % AUX_NB1 == 0
 
 

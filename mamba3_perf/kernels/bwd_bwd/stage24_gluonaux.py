@@ -34,22 +34,24 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     aux_gluon = None
 
 
-def uses_gluon_aux(x: dict, meta) -> bool:
+def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None) -> bool:
     """Whether this stage runs the Gluon aux on ``x``'s device for ``meta``: a Hopper GPU, a shape
     aux_gluon is written for, 16-bit inputs and cached states (where stage22 runs dQ's two
     products at one TF32 pass: common.split_precisions' PQ), and the aux configuration it
     implements (the diagonal weight blocks: stage13's rule). It always forms the increments (one
     product per N block), so wherever it runs the state pass is the scan alone, stage17's and
-    stage20's rules or not (on the P <= 64 shapes it takes, stage20 forms them anyway)."""
-    return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta)
+    stage20's rules or not (on the P <= 64 shapes it takes, stage20 forms them anyway).
+    ``wide_p``: P = 128 too (aux_gluon.supported's; stage26)."""
+    return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta, wide_p)
             and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
             and stage13_diagpost.moves_diagonal(meta))
 
 
-def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage24's pipeline; ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
+def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, **kw) -> None:
+    """stage24's pipeline; ``wide_p``: :func:`uses_gluon_aux`'s (stage26); ``kw``: more
+    stage23_gluonterms.run_with keywords (stage25)."""
     gluon = (dict(aux=aux_gluon.launch_aux, split=True, aux_increments=True)
-             if uses_gluon_aux(x, meta) else {})
+             if uses_gluon_aux(x, meta, wide_p) else {})
     stage23_gluonterms.run_with(x, out, meta, **gluon, **kw)
 
 

@@ -127,7 +127,9 @@ def pre_launch(meta) -> dict | None:
     return SUB_LAUNCH if _halves_pre(meta) else None
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **extra) -> None:
+    """stage25's pipeline; ``extra``: more stage24_gluonaux.run_with keywords, over this stage's
+    (stage26)."""
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
     if READ_INPUTS == 1:
         kw["inputs"] = True
@@ -140,7 +142,11 @@ def run(x: dict, out: dict, meta) -> None:
     for name, launch in (("post_launch", post_launch(meta)), ("pre_launch", pre_launch(meta))):
         if launch is not None:
             kw[name] = launch
-    stage24_gluonaux.run_with(x, out, meta, **kw)
+    stage24_gluonaux.run_with(x, out, meta, **{**kw, **extra})
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(
