@@ -23,7 +23,9 @@ later stages launch more kernels per call: a plain ``perf profile`` of all 20 st
 chunk) programs), 0.87 s in the mean, and took 112 s in all, so the constant is that mean
 per (b, h, chunk). :func:`interpreter_estimate_s` multiplies it by B*H*nchunks and by the
 calls a profile makes; shapes estimated above :data:`INTERPRETER_LIMIT_S` are refused without
-force.
+force. The limit leaves room for the default shape on the whole ladder (28 stages: ~124 s
+estimated; 27 took 2 min 2 s at 87bed75), so a new stage does not turn the README's main job
+into a refusal (tests/test_bench.py checks it).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ from mamba3_perf.errors import BackendError, Mamba3PerfError
 from mamba3_perf.kernels.cases import Case, case_from_shape
 
 INTERPRETER_S_PER_CHUNK = 0.11
-INTERPRETER_LIMIT_S = 120.0
+INTERPRETER_LIMIT_S = 240.0
 TRACE_ITERS = {"cuda": 3, "npu": 3, "cpu": 1}
 CPU_DEFAULT_SHAPE = dict(shape="1,64,2,1", N=32, P=32, R=2, C=16, dtype="fp16")
 DEVICE_DEFAULT_SHAPE = dict(shape="8,512,16,8", N=64, P=64, R=4, C=16, dtype="fp16")

@@ -158,6 +158,8 @@ def test_interpreter_budget():
     with pytest.raises(BackendError, match=r"about \d+ s"):
         profile.check_interpreter_budget(big, 1)
     assert profile.check_interpreter_budget(big, 1, force=True) > profile.INTERPRETER_LIMIT_S
+    # the README's main job, a plain `perf profile` on the CPU, runs the default shape on every stage
+    profile.check_interpreter_budget(small, len(registry.list_stages()))
 
 
 def test_merge_metrics_duration_weighted():
