@@ -18,8 +18,8 @@ the two products stage22 runs at one TF32 pass (PQ: dQ's intra-chunk and cached-
 with 16-bit cached states) run at one pass here too. TF32 wgmma reads K-major operands only, so
 operands are written to shared memory in the orientation each product needs.
 
-At P = 128 (:data:`WIDE_P`, off until measured) the increments' [P, NB] product runs as two of
-64 rows, PsiV's TF32 parts are the A operand of PsiV dPhiO^T from shared memory, and the
+At P = 128 (:data:`WIDE_P`; stage26_widep takes it, measured faster) the increments' [P, NB]
+product runs as two of 64 rows, PsiV's TF32 parts are the A operand of PsiV dPhiO^T from shared memory, and the
 [M, P] parts held across dPsiV's product are reloaded instead (ptxas, Triton 3.6, sm_90: 160 KB
 of shared memory, one program per SM, 255 registers and 448 B of spill stores, against 2100 B
 for stage22's Triton aux there, which leaves the increments to a kernel of their own). At
@@ -297,9 +297,10 @@ def bwd_bwd_aux_gluon_kernel(
 
 
 # P = 128 (the increments as two products of 64 rows; 160 KB of shared memory, one program per
-# SM, as terms_gluon at P = 128): written and compiled for sm_90, not yet run on a GPU, so off
-# until the H200 has checked it against the golden and timed it (benchmarks/sweep_knob.py
-# --knob aux_gluon.WIDE_P=0,1 --cases N64_P128_R4_C16: every combination golden-checked)
+# SM, as terms_gluon at P = 128): golden-checked and timed on the H200 (benchmarks/sweep_knob.py
+# --knob aux_gluon.WIDE_P=0,1 --cases N64_P128_R4_C16, records/h200-sweep-widep-read-inputs-
+# N64_P128-87bed75.json: 4.122 -> 3.395 ms). stage26_widep takes it through supported's wide_p;
+# this switch stays off so that stage24 / stage25 keep what their records measured
 WIDE_P: bool = False
 
 

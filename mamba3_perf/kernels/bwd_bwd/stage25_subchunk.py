@@ -46,7 +46,9 @@ PRE_WARPS: int | None = None
 # QR / KR (34 MB) before the next head rereads them: past L2's 50 MB, so every head reads q / k
 # from HBM again, ~0.5 GB more for the pre kernel there (a model, not a measurement; `perf
 # traffic` counts 0.54 GB of q / k read with no reuse against 34 MB read once, and 2.4 GB
-# written: READ_INPUTS below). Knobs to measure (off: not yet measured)
+# written: READ_INPUTS below). Measured on the H200 (records/h200-sweep-heads-inner-*-87bed75.json):
+# PRE_HEADS_INNER 6.380 -> 6.292 ms on N256_P64_R4_C8 but nothing beside READ_INPUTS=2 (6.112 ->
+# 6.111), 2.478 -> 2.505 on N128_P64_R4_C16; POST_HEADS_INNER slower on both. Both stay off
 PRE_HEADS_INNER: bool = False
 POST_HEADS_INNER: bool = False
 # 1: QB, KB, PsiV and dPhiO from the 16-bit inputs on every shape, not only where stage10 measured
@@ -60,7 +62,9 @@ POST_HEADS_INNER: bool = False
 # on N16_P64_R4_C8. What stage10 measured against it is the Triton aux forming PsiV / dPhiO from
 # gathered v / dout rows: ptxas (Triton 3.6, sm_90) counts its spill stores 0 -> 32 B on N256, 392
 # -> 1000 on N128_P128, 2100 -> 3882 on N64_P128 (where aux_gluon.WIDE_P would replace it), 184 ->
-# 516 on N16; 2 leaves the aux as it is. 0: the rule. Not yet measured
+# 516 on N16; 2 leaves the aux as it is. 0: the rule. Measured on the H200
+# (records/h200-sweep-read-inputs-*-87bed75.json, h200-sweep-widep-read-inputs-N64_P128-87bed75.json):
+# what won is stage26_widep's rule; the knob stays for sweeps
 READ_INPUTS: int = 0
 
 
@@ -127,13 +131,20 @@ def pre_launch(meta) -> dict | None:
     return SUB_LAUNCH if _halves_pre(meta) else None
 
 
+def takes_qk_inputs(meta) -> bool:
+    """Whether the pre-rotation q / k alone can come from the inputs for ``meta``
+    (stage7_streamaux.run_with's ``qk_inputs``): where the streamed aux folds and stores the
+    diagonal weight blocks, so that only the post kernel reads QB / KB."""
+    return stage7_streamaux.folds(meta) and stage13_diagpost.moves_diagonal(meta)
+
+
 def run_with(x: dict, out: dict, meta, **extra) -> None:
     """stage25's pipeline; ``extra``: more stage24_gluonaux.run_with keywords, over this stage's
     (stage26)."""
     kw = dict(post_steps=post_steps(meta), pre_steps=pre_steps(meta))
     if READ_INPUTS == 1:
         kw["inputs"] = True
-    elif READ_INPUTS == 2 and stage7_streamaux.folds(meta) and stage13_diagpost.moves_diagonal(meta):
+    elif READ_INPUTS == 2 and takes_qk_inputs(meta):
         kw["qk_inputs"] = True
     if PRE_HEADS_INNER and _halves_pre(meta):
         kw["pre_heads_inner"] = True

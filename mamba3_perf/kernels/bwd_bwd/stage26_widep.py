@@ -22,7 +22,7 @@ stage25 with the second rule.
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage13_diagpost, stage24_gluonaux, stage25_subchunk
+from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux, stage25_subchunk
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
@@ -31,7 +31,7 @@ def plan(x: dict, meta) -> dict:
     if meta.P > 64 and stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True):
         return dict(wide_p=True, inputs=True)
     kw = dict(wide_p=True)
-    if meta.N > 128 and stage7_streamaux.folds(meta) and stage13_diagpost.moves_diagonal(meta):
+    if meta.N > 128 and stage25_subchunk.takes_qk_inputs(meta):
         kw["qk_inputs"] = True
     return kw
 
