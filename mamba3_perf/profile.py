@@ -24,7 +24,7 @@ chunk) programs), 0.87 s in the mean, and took 112 s in all, so the constant is 
 per (b, h, chunk). :func:`interpreter_estimate_s` multiplies it by B*H*nchunks and by the
 calls a profile makes; shapes estimated above :data:`INTERPRETER_LIMIT_S` are refused without
 force. The limit leaves room for the default shape on the whole ladder (28 stages: ~124 s
-estimated; 27 took 2 min 2 s at 87bed75), so a new stage does not turn the README's main job
+estimated; 27 took 2 min 2 s at 463d685), so a new stage does not turn the README's main job
 into a refusal (tests/test_bench.py checks it).
 """
 from __future__ import annotations
