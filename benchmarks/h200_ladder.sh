@@ -8,6 +8,9 @@
 # outlasted phase1_s is then recorded "not runnable" in its case's record (ladder.py --skip).
 # usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel] [unit]
 # e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
+# Put WORK outside $OUT and tar WORK/cases into $OUT at the end: the device tool brings back only
+# a few files per call, and a run of eleven cases writes a JSON and a log per case (a run of this
+# script lost its records that way: files_left_out "(count)").
 set -u
 work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}; stages=${5:-all}
 rounds=${6:-1}; par=${7:-14}; unit=${8:-case}
