@@ -46,6 +46,15 @@ class DeviceSpec:
     l0a_bytes: int = 0
     l0b_bytes: int = 0
     l0c_bytes: int = 0
+    # residency of programs on one SM (GPU; analysis.occupancy): shared memory of the SM, most
+    # warps and blocks, and the allocation rules (registers per warp in units of reg_alloc_unit,
+    # shared memory per block in units of smem_alloc_unit plus smem_reserved_per_block)
+    smem_per_sm_bytes: int = 0
+    max_warps_per_sm: int = 0
+    max_blocks_per_sm: int = 0
+    reg_alloc_unit: int = 0
+    smem_alloc_unit: int = 0
+    smem_reserved_per_block: int = 0
     scan_step_latency_us: float = 1.0
     source: str = ""
 
@@ -59,11 +68,17 @@ class DeviceSpec:
 # fp32 inputs go through TF32 tensor cores at half the bf16 rate (spec 494.7 vs 989.4 dense).
 # 132 SMs, 227 KiB shared memory per block (opt-in maximum), 64K 32-bit registers per SM,
 # 255 per thread: NVIDIA Hopper tuning guide / CUDA C++ Programming Guide, compute capability 9.0.
+# Residency (same sources; the ncu raw pages of records/ncu-stage26-4fc1088/ report the same
+# limits, launch__occupancy_limit_*): 228 KiB of shared memory per SM, 1 KiB of it reserved per
+# block, allocated in 128-byte units; registers allocated per warp in units of 256; 64 warps and
+# 32 blocks per SM.
 H200 = DeviceSpec(
     name="NVIDIA H200", kind="gpu",
     hbm_bytes_per_s=4.3e12, fp32_matrix_flops=3.95e14, bf16_matrix_flops=7.9e14,
     sm_count=132, smem_per_block_bytes=227 * 1024, registers_per_sm=65536,
-    max_registers_per_thread=255, scan_step_latency_us=1.0,
+    max_registers_per_thread=255, smem_per_sm_bytes=228 * 1024, max_warps_per_sm=64,
+    max_blocks_per_sm=32, reg_alloc_unit=256, smem_alloc_unit=128, smem_reserved_per_block=1024,
+    scan_step_latency_us=1.0,
     source="anchor tilelang-h200.json (copy bandwidth); device notes (bf16 mma); CUDA guide cc 9.0",
 )
 

@@ -33,7 +33,8 @@ def import_trace(
     from mamba3_perf import runs
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic, stage_breakdown
     from mamba3_perf.analysis.limits import device_among
-    from mamba3_perf.reports.console import breakdown_table, stall_table, traffic_table
+    from mamba3_perf.analysis.occupancy import kernel_occupancy
+    from mamba3_perf.reports.console import breakdown_table, occupancy_table, stall_table, traffic_table
     from mamba3_perf.traces import load
 
     console = Console()
@@ -57,6 +58,9 @@ def import_trace(
     traffic = traffic_table(kernel_traffic(events, spec.hbm_bytes_per_s), device=spec)
     if traffic:
         console.print(traffic, soft_wrap=True)
+    occupancy = occupancy_table(kernel_occupancy(events, spec), device=spec)
+    if occupancy:
+        console.print(occupancy, soft_wrap=True)
     if out is not None:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         run_name = name or f"import-{path.name.split('.')[0]}-{stamp}"

@@ -157,6 +157,34 @@ def traffic_table(traffic: pd.DataFrame, *, device: DeviceSpec, title: str = "DR
     return render(_table(head, keys + ["total_us", "DRAM GB", "floor_us", "vs floor"], rows), width=width)
 
 
+def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occupancy per kernel",
+                    width: int = 160) -> str:
+    """A :func:`mamba3_perf.analysis.occupancy.kernel_occupancy` frame as a table: per kernel its
+    device time, registers per thread, shared memory per block, threads per block, the blocks
+    one SM holds and the resource that limits them, the warps resident in theory and (ncu) as
+    measured, and the waves of its grid ('' for an empty frame)."""
+    if occ.empty:
+        return ""
+    keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in occ.columns]
+
+    def key_cell(r, k):  # a Kineto trace names library kernels by their whole C++ signature
+        v = "-" if pd.isna(r[k]) else str(r[k])
+        return v[:47] + "..." if k == "kernel_name" and len(v) > 50 else v
+
+    rows = [[key_cell(r, k) for k in keys]
+            + [_num(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),
+               _num(r["smem_bytes"] / 1024, "{:.1f}"), _num(r["threads"], "{:.0f}"),
+               _num(r["blocks_per_sm"], "{:.0f}"), "-" if pd.isna(r["limiter"]) else str(r["limiter"]),
+               _num(r["theoretical_pct"], "{:.1f}", "%"), _num(r["warps_active_pct"], "{:.1f}", "%"),
+               _num(r["waves"], "{:.2f}")]
+            for r in occ.to_dict("records")]
+    head = f"{title} ({device.name}: {device.max_warps_per_sm} warps, {device.registers_per_sm // 1024}K registers, " \
+           f"{device.smem_per_sm_bytes // 1024} KiB shared memory per SM)"
+    cols = keys + ["total_us", "regs", "smem KiB", "threads", "blocks/SM", "limiter", "warps (theory)",
+                   "warps (measured)", "waves"]
+    return render(_table(head, cols, rows), width=width)
+
+
 def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
                   width: int = 160) -> str:
     """:func:`~mamba3_perf.analysis.compare.compare_runs` output as a table."""

@@ -54,6 +54,7 @@ class RunReport:
     notes: tuple[str, ...] = ()  # what was not written, and why
     stalls: pd.DataFrame | None = None  # warp stalls per kernel (ncu runs), analysis.breakdown.kernel_stalls
     traffic: pd.DataFrame | None = None  # DRAM bytes per kernel (ncu runs), analysis.breakdown.kernel_traffic
+    occupancy: pd.DataFrame | None = None  # blocks per SM and their limiter (CUDA traces), analysis.occupancy
     device: DeviceSpec | None = None  # whose HBM bandwidth the traffic floor uses
 
 
@@ -63,6 +64,7 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     and (when the run has kernel events) ``<stem>-breakdown.html``. Without plotly (a bare
     device image) only the markdown is written and ``notes`` says so."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
+    from mamba3_perf.analysis.occupancy import kernel_occupancy
     from mamba3_perf.reports import write_html
     from mamba3_perf.reports.markdown import optimization_record
     from mamba3_perf.runs import write_text_atomic
@@ -73,7 +75,8 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     kernels = _whole_kernels(events) if events is not None else None
     stalls = kernel_stalls(kernels) if kernels is not None else None
     traffic = kernel_traffic(kernels, spec.hbm_bytes_per_s) if kernels is not None else None
-    extra = dict(stalls=stalls, traffic=traffic, device=spec)
+    occupancy = kernel_occupancy(kernels, spec) if kernels is not None else None
+    extra = dict(stalls=stalls, traffic=traffic, occupancy=occupancy, device=spec)
     md = Path(md_path) if md_path is not None else run.path / "report.md"
     write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
     try:
@@ -88,9 +91,12 @@ def write_run_report(run, md_path: str | Path | None = None, *,
 
 
 def console_text(rep: RunReport, *, title: str) -> str:
-    """Run summary, ladder means and (when traced) the stage breakdown as plain text, and the
-    warp stalls and DRAM traffic per kernel where ncu measured them."""
-    from mamba3_perf.reports.console import breakdown_table, ladder_means, run_summary, stall_table, traffic_table
+    """Run summary, ladder means and (when traced) the stage breakdown as plain text, the warp
+    stalls and DRAM traffic per kernel where ncu measured them, and each kernel's occupancy
+    where the trace gave its registers and block size (CUDA)."""
+    from mamba3_perf.reports.console import (
+        breakdown_table, ladder_means, occupancy_table, run_summary, stall_table, traffic_table,
+    )
 
     parts = [run_summary(rep.table, title=title), ladder_means(rep.summary)]
     if rep.breakdown is not None and not rep.breakdown.empty:
@@ -99,4 +105,6 @@ def console_text(rep: RunReport, *, title: str) -> str:
         parts.append(stall_table(rep.stalls))
     if rep.traffic is not None and not rep.traffic.empty:
         parts.append(traffic_table(rep.traffic, device=rep.device))
+    if rep.occupancy is not None and not rep.occupancy.empty:
+        parts.append(occupancy_table(rep.occupancy, device=rep.device))
     return "\n".join(parts)

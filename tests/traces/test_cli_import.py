@@ -42,3 +42,11 @@ def test_import_of_an_ncu_page_prints_each_kernels_dram_floor():
     assert res.exit_code == 0, res.output
     assert "DRAM traffic per kernel (floor: the bytes at NVIDIA H200's 4.3 TB/s)" in res.output
     assert "all kernels" in res.output and "6.137" in res.output and "2.72x" in res.output
+
+
+def test_import_of_an_ncu_page_prints_each_kernels_occupancy():
+    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-stage26-4fc1088" / "N64_P128_R4_C16-raw.csv"
+    res = CliRunner(env={"COLUMNS": "220"}).invoke(app, ["import", str(rec)])
+    assert res.exit_code == 0, res.output
+    assert "Occupancy per kernel (NVIDIA H200: 64 warps, 64K registers, 228 KiB shared memory per SM)" in res.output
+    assert "shared_mem" in res.output and "registers" in res.output and "62.06" in res.output
