@@ -7,7 +7,7 @@ import torch
 
 from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import cases, get_case
-from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux
+from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.checking import check_stage
 
@@ -89,4 +89,14 @@ def test_gluon_aux_at_p128_matches_golden_on_hopper(stage, case_id, monkeypatch)
     monkeypatch.setattr(aux_gluon, "WIDE_P", True)
     case = get_case(case_id)
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-C8", "hop-N16-C8-tail"])
+def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(case_id, monkeypatch):
+    """terms_gluon.WG_COLS=8 (state_terms' N walk on 8-column steps) through stage26."""
+    monkeypatch.setattr(terms_gluon, "WG_COLS", 8)
+    case = get_case(case_id)
+    rows = check_stage("stage26_widep", case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]

@@ -31,6 +31,18 @@ def test_gluon_terms_eight_warps_walk_32_rows(case_meta, monkeypatch):
     assert terms_gluon.block_rows(case_meta("small-N64_P128_R4_C16")) == 16
 
 
+def test_gluon_terms_wg_cols_knob_sets_the_step(case_meta, monkeypatch):
+    """terms_gluon.WG_COLS: N columns per warpgroup and step of the N walk (16 when unset)."""
+    meta = case_meta("small-N64_P128_R4_C16")
+    monkeypatch.setattr(terms_gluon, "WG_COLS", 8)
+    assert terms_gluon.block_rows(meta) == 8
+    monkeypatch.setitem(terms_gluon.LAUNCH, "num_warps", 8)
+    assert terms_gluon.block_rows(meta) == 16  # two warpgroups of 8 columns
+    monkeypatch.setattr(terms_gluon, "WG_COLS", None)
+    monkeypatch.delitem(terms_gluon.LAUNCH, "num_warps")
+    assert terms_gluon.block_rows(meta) == 16
+
+
 def test_gluon_terms_only_on_hopper(case_meta):
     x = make_inputs(get_case("small-N64_P64_R4_C16"))
     assert not stage23_gluonterms.uses_gluon(x, case_meta("small-N64_P64_R4_C16"))  # CPU tensors
@@ -45,3 +57,16 @@ def test_gluon_terms_compile_for_sm90(compile_stage, shape):
     assert programs * k["shared"] <= H200_SMEM, k["shared"]
     wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
     assert wgmma == sorted({(16, 16, 8), (16, shape[1], 8)}), wgmma  # dK_raw's 16 columns, dPsiV's P
+
+
+@pytest.mark.parametrize("shape,programs", [((64, 128, 4, 16), 2), ((128, 128, 4, 8), 2), ((128, 64, 4, 16), 3)])
+def test_gluon_terms_on_8_column_steps_fit_more_programs_per_sm(compile_stage, shape, programs):
+    """With terms_gluon.WG_COLS=8 the ring, the split dstates copies and the [M, 8] tiles halve:
+    two programs' shared memory per SM at P = 128 (one on 16 columns), three at P = 64 (registers
+    allow as many: ptxas with Triton 3.6, 197 at P = 128 and 140 at P = 64, against 232 / 180),
+    on wgmma of 8 columns for dK_raw."""
+    k = compile_stage("stage23_gluonterms", *shape, "state_terms", knobs=["terms_gluon.WG_COLS=8"])
+    k = k["bwd_bwd_state_terms_gluon_kernel"]
+    assert programs * (k["shared"] + 1024) <= H200_SMEM, k["shared"]  # 1 KiB reserved per program
+    wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
+    assert wgmma == sorted({(16, 8, 8), (16, shape[1], 8)}), wgmma
