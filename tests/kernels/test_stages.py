@@ -182,3 +182,16 @@ def test_wave_pass_forced_on_official_small(monkeypatch, case_id):
     c, x, gold = _prepared(case_id)
     rows = check_stage("stage15_passwave", c, inputs=x, golden=gold)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_wave_pass_on_32_column_blocks_at_n256(monkeypatch):
+    """stage15_passwave.WAVE_BNB=32 (the knob queued for the H200): twice the programs at N = 256,
+    each on half the columns; the same golden criterion."""
+    from mamba3_perf.kernels.bwd_bwd import stage15_passwave
+
+    monkeypatch.setattr(stage15_passwave, "uses_wave", lambda meta: True)
+    monkeypatch.setattr(stage15_passwave, "WAVE_BNB", 32)
+    c, x, gold = _prepared("small-N256_P64_R4_C8")
+    assert stage15_passwave.wave_block(c) == 32
+    rows = check_stage("stage15_passwave", c, inputs=x, golden=gold)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]

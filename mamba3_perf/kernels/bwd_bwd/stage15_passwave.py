@@ -59,9 +59,16 @@ def uses_wave(meta) -> bool:
     return stage6_programs > 2 * H200_SMS and bh * triton.cdiv(meta.N, wave_block(meta)) >= H200_SMS
 
 
+# knob (not yet measured): BNB in place of wave_block's rule. At N = 256 the rule's 64 columns
+# give B*H * 4 = 256 programs of 254 registers (ncu, records/ncu-stage26-4fc1088: two per SM,
+# 0.97 waves, 783 us on N256_P64_R4_C8); 32 gives twice the programs, each on half the columns
+WAVE_BNB: int | None = None
+
+
 def wave_block(meta) -> int:
-    """BNB: 32 columns of N up to N = 128, 64 beyond (at least 16, the dot's least)."""
-    return min(pow2(meta.N), 32 if meta.N <= 128 else 64)
+    """BNB: 32 columns of N up to N = 128, 64 beyond (at least 16, the dot's least), or
+    :data:`WAVE_BNB` where set."""
+    return min(pow2(meta.N), WAVE_BNB or (32 if meta.N <= 128 else 64))
 
 
 def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
