@@ -1,6 +1,7 @@
 """The optimization record of a run, as markdown.
 
-Sections: what/when/where, baseline and goal, bottleneck found, per-step gains, speedup per
+Sections: what/when/where, baseline and goal, bottleneck found, per-kernel hardware figures
+(where the trace has them: occupancy, warp stalls, DRAM bytes), per-step gains, speedup per
 shape, not-runnable list, gap to GPU TileLang and to the limits. When the run's timing_kind
 is "interpreter" the first line says so: such times are Triton-interpreter times on a CPU and
 say nothing about the device.
@@ -119,6 +120,54 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
     return head + "\n".join(parts)
 
 
+def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSpec) -> str:
+    """Per kernel of the fastest step: device time, registers, shared memory, the blocks one SM
+    holds and the resource that limits them, warps resident in theory and as measured, tensor
+    pipe and DRAM throughput, the leading warp stall and DRAM time against its floor ('' where
+    the trace gives no registers: Ascend, the interpreter)."""
+    from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
+    from mamba3_perf.analysis.occupancy import kernel_occupancy
+
+    if kernels is None or kernels.empty:
+        return ""
+    if best is not None and "variant" in kernels.columns and (kernels["variant"] == best).any():
+        kernels = kernels[kernels["variant"] == best]
+    occ = kernel_occupancy(kernels, device)
+    if occ.empty:
+        return ""
+    stalls = kernel_stalls(kernels).drop_duplicates("kernel_name").set_index("kernel_name")
+    traffic = kernel_traffic(kernels, device.hbm_bytes_per_s).drop_duplicates("kernel_name").set_index("kernel_name")
+    means = {}
+    for col in ("tensor_pipe_pct", "dram_throughput_pct"):
+        if col in kernels.columns:
+            have = kernels[kernels[col].notna()]
+            means[col] = have.groupby("kernel_name")[col].mean() if not have.empty else pd.Series(dtype=float)
+    rows = []
+    for r in occ.to_dict("records"):
+        k = r["kernel_name"]
+        lead = leading_stall(stalls.loc[k]) if stalls is not None and k in stalls.index else None
+        floor = traffic["vs_floor"].get(k) if k in traffic.index else None
+        name = k if len(k) <= 60 else k[:57] + "..."  # a library kernel's whole C++ signature
+        rows.append([name, _us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
+                     f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
+                     f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
+                     _pct_cell(means.get("tensor_pipe_pct", pd.Series(dtype=float)).get(k)),
+                     _pct_cell(means.get("dram_throughput_pct", pd.Series(dtype=float)).get(k)),
+                     "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor)])
+    return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs (of the ncu replay "
+            "where one ran, else of the trace); registers per thread; shared memory per block (KiB); blocks per SM and the "
+            "resource that limits them (analysis.occupancy); warps resident, in theory and as "
+            "measured; tensor pipe and DRAM throughput (% of peak); the leading warp stall and its "
+            "share of the cycles between issues; time against the DRAM floor of its bytes (ncu "
+            "columns are '-' without an ncu replay).\n\n"
+            + _md_table(["kernel", "µs", "regs", "smem KiB", "blocks/SM", "warps (theory)",
+                         "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
+
+
+def _pct_cell(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:.1f} %"
+
+
 def _step_gains(summary: LadderSummary) -> str:
     rows = [[r["variant"], r["parent"] or "-", _x(r["geomean_step_speedup"]),
              _x(r["geomean_speedup_vs_stage0"]), _x(r["geomean_ratio_vs_tilelang"], "{:.3g}x"), r["n_cases"],
@@ -169,12 +218,14 @@ def _gaps(table: pd.DataFrame, best: str | None) -> str:
 
 
 def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary, *,
-                        breakdown: pd.DataFrame | None = None, title: str | None = None) -> str:
+                        breakdown: pd.DataFrame | None = None, kernels: pd.DataFrame | None = None,
+                        title: str | None = None) -> str:
     """The record as markdown.
 
     ``meta`` is the run's run.json; ``table`` is ladder_table output (with_limits columns
     optional); ``summary`` is summarize_ladder(table); ``breakdown`` has stage_tag, total_us,
-    share, count, metric means, optionally per ``variant``.
+    share, count, metric means, optionally per ``variant``; ``kernels`` the run's whole-kernel
+    events (KERNEL_EVENTS), for the per-kernel section.
     """
     best = _best_variant(table)
     name = title or f"bwd_bwd optimization record: {meta.get('device') or 'unknown device'}"
@@ -182,8 +233,11 @@ def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary,
     if meta.get("timing_kind") == "interpreter":
         blocks.append(INTERPRETER_WARNING)
     blocks += [f"# {_cell(name)}", _what_when_where(meta), _baseline_and_goal(summary, best),
-               _bottleneck(breakdown, best, device_for(meta.get("device"))), _step_gains(summary), _per_shape(table),
-               _not_runnable(table), _gaps(table, best)]
+               _bottleneck(breakdown, best, device_for(meta.get("device")))]
+    per_kernel = _per_kernel(kernels, best, device_for(meta.get("device")))
+    if per_kernel:
+        blocks.append(per_kernel)
+    blocks += [_step_gains(summary), _per_shape(table), _not_runnable(table), _gaps(table, best)]
     if summary.stage0_not_runnable:
         blocks.append("Cases left out of the means because stage0 cannot run them: "
                       + ", ".join(f"{_cell(c)} ({_cell(w)})" for c, w in summary.stage0_not_runnable)

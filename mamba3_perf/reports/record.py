@@ -78,7 +78,7 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     occupancy = kernel_occupancy(kernels, spec) if kernels is not None else None
     extra = dict(stalls=stalls, traffic=traffic, occupancy=occupancy, device=spec)
     md = Path(md_path) if md_path is not None else run.path / "report.md"
-    write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown))
+    write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown, kernels=kernels))
     try:
         from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     except ImportError as e:

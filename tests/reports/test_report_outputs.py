@@ -101,3 +101,31 @@ def test_timeline_escapes_names(tmp_path):
     assert list(next(tr for tr in fig.data if tr.name == "fused").base) == [0.0]  # aligned per variant
     html = write_timeline(ev.assign(variant=EVIL), tmp_path / "t.html", title=EVIL).read_text()
     assert EVIL not in html and "alert(1)" in html
+
+
+def test_markdown_record_per_kernel_section_from_a_recorded_h200_run(tmp_path):
+    """`perf report` on the recorded stage16 --hw-metrics run (Kineto + ncu): the per-kernel
+    section gives each kernel's occupancy and limiter (2 programs per SM of the 255-register
+    aux), its ncu figures and the leading stall; a kernel without ncu rows gets '-' there."""
+    import shutil
+
+    from mamba3_perf import runs
+    from mamba3_perf.reports.record import write_run_report
+
+    src = Path(__file__).resolve().parents[2] / "records" / "profile-8x512-stage16-hw-8f8057d"
+    shutil.copytree(src, tmp_path / "run")
+    rep = write_run_report(runs.read_run(tmp_path / "run"), tmp_path / "report.md")
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## Per kernel (`stage16_regcap`, NVIDIA H200)")[1].split("\n## ")[0]
+    aux = next(line for line in section.splitlines() if line.startswith("| bwd_bwd_aux_streamed_kernel"))
+    assert "| 255 | 44 | 2 (registers) | 12.5 % | 12.3 % |" in aux and "long_scoreboard" in aux
+    assert "| - | - | - | - | - |" in section  # torch's copy kernel: Kineto only
+    assert "&lt;" in section and "&amp;lt;" not in section  # escaped once
+    assert rep.occupancy is not None and not rep.occupancy.empty
+
+
+def test_markdown_record_has_no_per_kernel_section_without_registers():
+    table = _table("device")
+    md = optimization_record({"timing_kind": "device", "device": "NVIDIA H200"}, table, summarize_ladder(table),
+                             kernels=pd.DataFrame({"kernel_name": ["k"], "dur_us": [1.0], "variant": ["prod"]}))
+    assert "## Per kernel" not in md
