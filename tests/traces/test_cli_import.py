@@ -1,6 +1,8 @@
 """perf import through typer's CliRunner."""
 from pathlib import Path
 
+import pytest
+
 from typer.testing import CliRunner
 
 import mamba3_perf.cli.traces  # noqa: F401  (registers `import` on the app)
@@ -36,17 +38,18 @@ def test_import_of_an_ncu_stall_capture_prints_the_stall_table():
     assert "long_sb" in res.output
 
 
-def test_import_of_an_ncu_page_prints_each_kernels_dram_floor():
-    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-N128_P64_R4_C16" / "stage17_scanpass-stalls-raw.csv"
-    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["import", str(rec)])
-    assert res.exit_code == 0, res.output
-    assert "DRAM traffic per kernel (floor: the bytes at NVIDIA H200's 4.3 TB/s)" in res.output
-    assert "all kernels" in res.output and "6.137" in res.output and "2.72x" in res.output
+RECORDS = Path(__file__).resolve().parents[2] / "records"
 
 
-def test_import_of_an_ncu_page_prints_each_kernels_occupancy():
-    rec = Path(__file__).resolve().parents[2] / "records" / "ncu-stage26-4fc1088" / "N64_P128_R4_C16-raw.csv"
-    res = CliRunner(env={"COLUMNS": "220"}).invoke(app, ["import", str(rec)])
+@pytest.mark.parametrize("page,expected", [
+    ("ncu-N128_P64_R4_C16/stage17_scanpass-stalls-raw.csv",  # each kernel's DRAM floor
+     ["DRAM traffic per kernel (floor: the bytes at NVIDIA H200's 4.3 TB/s)", "all kernels", "6.137", "2.72x"]),
+    ("ncu-stage26-4fc1088/N64_P128_R4_C16-raw.csv",  # each kernel's occupancy and its limiter
+     ["Occupancy per kernel (NVIDIA H200: 64 warps, 64K registers, 228 KiB shared memory per SM)",
+      "shared_mem", "registers", "62.06"]),
+])
+def test_import_of_an_ncu_page_prints_per_kernel_tables(page, expected):
+    res = CliRunner(env={"COLUMNS": "220"}).invoke(app, ["import", str(RECORDS / page)])
     assert res.exit_code == 0, res.output
-    assert "Occupancy per kernel (NVIDIA H200: 64 warps, 64K registers, 228 KiB shared memory per SM)" in res.output
-    assert "shared_mem" in res.output and "registers" in res.output and "62.06" in res.output
+    for text in expected:
+        assert text in res.output, text
