@@ -8,9 +8,10 @@
 # outlasted phase1_s is then recorded "not runnable" in its case's record (ladder.py --skip).
 # usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel] [unit]
 # e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
-# Put WORK outside $OUT and tar WORK/cases into $OUT at the end: the device tool brings back only
-# a few files per call, and a run of eleven cases writes a JSON and a log per case (a run of this
-# script lost its records that way: files_left_out "(count)").
+# Put WORK outside $OUT: the device tool brings back only a few files per call, and a run of eleven
+# cases writes a JSON and a log per case (a run of this script lost its records that way:
+# files_left_out "(count)"). Where $OUT is set, the script packs WORK/cases and the compile
+# phase's exit codes into $OUT/ladder-cases.tgz at the end, one file.
 set -u
 work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}; stages=${5:-all}
 rounds=${6:-1}; par=${7:-14}; unit=${8:-case}
@@ -32,3 +33,6 @@ for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.joi
     --out /tmp/ladder-runs --warmup-ms 10 --rep-ms 60 --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
   echo "  timed $c rc=$? $(( $(date +%s) - t0 ))s"
 done
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  tar czf "$OUT/ladder-cases.tgz" -C "$work" cases warm/rc && echo "  packed $OUT/ladder-cases.tgz"
+fi
