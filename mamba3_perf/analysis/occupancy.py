@@ -39,7 +39,7 @@ class Occupancy:
     """Residency of one kernel launch on one SM of ``device``."""
 
     blocks_per_sm: int  # the least of ``limits``
-    limits: dict[str, int]  # blocks per SM each resource allows (LIMITERS order)
+    limits: dict[str, int]  # blocks per SM each resource allows (keys: LIMITERS)
     limiter: str  # the resource whose limit is the least (the first such, in LIMITERS order)
     warps_per_sm: int
     theoretical_pct: float  # warps_per_sm / the SM's most warps, in %
