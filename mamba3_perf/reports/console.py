@@ -157,6 +157,12 @@ def traffic_table(traffic: pd.DataFrame, *, device: DeviceSpec, title: str = "DR
     return render(_table(head, keys + ["total_us", "DRAM GB", "floor_us", "vs floor"], rows), width=width)
 
 
+def short_kernel_name(name: str, limit: int = 60) -> str:
+    """``name`` cut to ``limit`` characters (a Kineto trace names library kernels by their whole
+    C++ signature, hundreds of characters)."""
+    return name if len(name) <= limit else name[:limit - 3] + "..."
+
+
 def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occupancy per kernel",
                     width: int = 160) -> str:
     """A :func:`mamba3_perf.analysis.occupancy.kernel_occupancy` frame as a table: per kernel its
@@ -167,9 +173,9 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
         return ""
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in occ.columns]
 
-    def key_cell(r, k):  # a Kineto trace names library kernels by their whole C++ signature
+    def key_cell(r, k):
         v = "-" if pd.isna(r[k]) else str(r[k])
-        return v[:47] + "..." if k == "kernel_name" and len(v) > 50 else v
+        return short_kernel_name(v) if k == "kernel_name" else v
 
     rows = [[key_cell(r, k) for k in keys]
             + [_num(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),

@@ -127,6 +127,7 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
     the trace gives no registers: Ascend, the interpreter)."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
     from mamba3_perf.analysis.occupancy import kernel_occupancy
+    from mamba3_perf.reports.console import short_kernel_name
 
     if kernels is None or kernels.empty:
         return ""
@@ -147,8 +148,7 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
         k = r["kernel_name"]
         lead = leading_stall(stalls.loc[k]) if stalls is not None and k in stalls.index else None
         floor = traffic["vs_floor"].get(k) if k in traffic.index else None
-        name = k if len(k) <= 60 else k[:57] + "..."  # a library kernel's whole C++ signature
-        rows.append([name, _us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
+        rows.append([short_kernel_name(k), _us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
                      _pct_cell(means.get("tensor_pipe_pct", pd.Series(dtype=float)).get(k)),
