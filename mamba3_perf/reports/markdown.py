@@ -138,21 +138,18 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
         return ""
     stalls = kernel_stalls(kernels).drop_duplicates("kernel_name").set_index("kernel_name")
     traffic = kernel_traffic(kernels, device.hbm_bytes_per_s).drop_duplicates("kernel_name").set_index("kernel_name")
-    means = {}
-    for col in ("tensor_pipe_pct", "dram_throughput_pct"):
-        if col in kernels.columns:
-            have = kernels[kernels[col].notna()]
-            means[col] = have.groupby("kernel_name")[col].mean() if not have.empty else pd.Series(dtype=float)
+    pipes = [c for c in ("tensor_pipe_pct", "dram_throughput_pct") if c in kernels.columns]
+    means = kernels.groupby("kernel_name")[pipes].mean()  # NaN (no ncu rows) stays NaN
     rows = []
     for r in occ.to_dict("records"):
         k = r["kernel_name"]
-        lead = leading_stall(stalls.loc[k]) if stalls is not None and k in stalls.index else None
-        floor = traffic["vs_floor"].get(k) if k in traffic.index else None
+        lead = leading_stall(stalls.loc[k]) if k in stalls.index else None
+        floor = traffic["vs_floor"].get(k)
         rows.append([short_kernel_name(k), _us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
-                     _pct_cell(means.get("tensor_pipe_pct", pd.Series(dtype=float)).get(k)),
-                     _pct_cell(means.get("dram_throughput_pct", pd.Series(dtype=float)).get(k)),
+                     *(_pct_cell(means.at[k, c] if c in pipes and k in means.index else None)
+                       for c in ("tensor_pipe_pct", "dram_throughput_pct")),
                      "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor)])
     return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs (of the ncu replay "
             "where one ran, else of the trace); registers per thread; shared memory per block (KiB); blocks per SM and the "

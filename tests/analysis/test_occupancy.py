@@ -7,12 +7,11 @@ import pandas as pd
 import pytest
 
 from mamba3_perf.analysis.limits import ASCEND_910B, H200
-from mamba3_perf.analysis.occupancy import kernel_occupancy, occupancy
+from mamba3_perf.analysis.occupancy import LIMITERS, kernel_occupancy, occupancy
 from mamba3_perf.reports.console import occupancy_table
 from mamba3_perf.traces import load
 
 RECORDS = Path(__file__).resolve().parents[2] / "records"
-LIMITS = ("registers", "shared_mem", "warps", "blocks")
 
 
 def _raw_pages():
@@ -39,7 +38,7 @@ def test_blocks_per_sm_equal_ncus_on_every_recorded_launch():
             smem = _num(r["launch__shared_mem_per_block_static"]) + _num(r["launch__shared_mem_per_block_dynamic"])
             occ = occupancy(int(_num(r["launch__registers_per_thread"])), int(_num(r["launch__block_size"])),
                             int(smem), device=H200)
-            ncu = {k: int(_num(r[f"launch__occupancy_limit_{k}"])) for k in LIMITS}
+            ncu = {k: int(_num(r[f"launch__occupancy_limit_{k}"])) for k in LIMITERS}
             where = f"{path.name}: {r['Kernel Name']}"
             assert occ.blocks_per_sm == min(ncu.values()), where
             assert occ.limits["registers"] == ncu["registers"] and occ.limits["warps"] == ncu["warps"], where
