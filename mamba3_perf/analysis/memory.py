@@ -159,6 +159,8 @@ STAGE_BUFFERS["stage24_gluonaux"] = STAGE_BUFFERS["stage23_gluonterms"]
 STAGE_BUFFERS["stage25_subchunk"] = STAGE_BUFFERS["stage24_gluonaux"]
 # stage26 takes the Gluon aux at P = 128 (its operands in shared memory) and reads inputs: no more
 STAGE_BUFFERS["stage26_widep"] = STAGE_BUFFERS["stage25_subchunk"]
+# stage27's Gluon kernels rotate [M, NB] blocks in registers from 16-bit boxes of the same bytes
+STAGE_BUFFERS["stage27_rotinline"] = STAGE_BUFFERS["stage26_widep"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

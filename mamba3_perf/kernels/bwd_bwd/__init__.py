@@ -27,3 +27,4 @@ from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage25_subchunk  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage26_widep  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage27_rotinline  # noqa: F401

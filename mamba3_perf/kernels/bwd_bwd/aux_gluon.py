@@ -34,7 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, dot3, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+    WG_ROWS, chunk_coords, cta_barrier, dot3, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
+    row_blocks, tf32_split, tma_load,
 )
 
 
@@ -51,6 +52,27 @@ def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_s, row, row_st, col):
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(k_desc, [row, col], bar, k_s)
     tma_load(st_desc, [row_st + col, 0], bar, st_s)
+
+
+@gluon.jit
+def _issue_qk_rot(q_desc, k_desc, bar, q_s, qp_s, k_s, kp_s, row, col, pcol):
+    """_issue_qk from the 16-bit inputs: each block and the block of its rotary partners."""
+    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes))
+    tma_load(q_desc, [row, col], bar, q_s)
+    tma_load(q_desc, [row, pcol], bar, qp_s)
+    tma_load(k_desc, [row, col], bar, k_s)
+    tma_load(k_desc, [row, pcol], bar, kp_s)
+
+
+@gluon.jit
+def _issue_qks_rot(q_desc, k_desc, st_desc, bar, q_s, qp_s, k_s, kp_s, st_s, row, row_st, col, pcol, scol):
+    """_issue_qks from the 16-bit inputs: each q / k block and the block of its rotary partners."""
+    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes) + st_desc.block_type.nbytes)
+    tma_load(q_desc, [row, col], bar, q_s)
+    tma_load(q_desc, [row, pcol], bar, qp_s)
+    tma_load(k_desc, [row, col], bar, k_s)
+    tma_load(k_desc, [row, pcol], bar, kp_s)
+    tma_load(st_desc, [row_st + scol, 0], bar, st_s)
 
 
 @gluon.jit
@@ -71,17 +93,28 @@ def bwd_bwd_aux_gluon_kernel(
     DPSIV_S, DKS_S, DQR_S, DDP_S, GDB_S, DST_S,
     DSSDA, DGAM, DDACS,
     DOUT, V, MV, MO,
-    S, H,
+    QBIAS, KBIAS, COS_S, SIN_S,
+    S, H, G, RD,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
-    NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, num_warps: gl.constexpr,
+    NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
-    P = 128 as two products of M rows each."""
+    P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
+    (gluon_common.input_rows), and both N walks rotate their blocks (gluon_common.rotated_rows)
+    from them, their partner blocks, the biases and the pre kernel's cos / sin (COS_S, SIN_S),
+    instead of loading the pre kernel's fp32 QR / KR rows."""
     CR: gl.constexpr = C * R
     MT: gl.constexpr = M // R  # steps of the M rows
     bhc, bh, b, h, c = chunk_coords(S, H, C)
-    row_k = (bhc * CR).to(gl.int32)
     row_st = (bhc * N).to(gl.int32)
+    if ROT:  # rows of the inputs viewed [B*S*R, G*N]; columns of head group hq
+        row_k = ((b * S + c * C) * R).to(gl.int32)
+        hq = h // (H // G)
+        col0 = (hq * N).to(gl.int32)
+    else:  # rows of the [B, H, nc, C*R, N] scratch
+        row_k = (bhc * CR).to(gl.int32)
+        col0 = 0
 
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -139,13 +172,20 @@ def bwd_bwd_aux_gluon_kernel(
     i_s = gl.arange(0, M, layout=gl.SliceLayout(1, MS))
     j_s = gl.arange(0, M, layout=gl.SliceLayout(0, MS))
     ts_r = gl.load(TS_S + bh * S + t_r, mask=in_r, other=0.0)
-    q1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], q1_desc.layout)
-    k1_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB1], k1_desc.layout)
+    q1_buf = gl.allocate_shared_memory(q1_desc.dtype, [2, M, NB1], q1_desc.layout)
+    k1_buf = gl.allocate_shared_memory(k1_desc.dtype, [2, M, NB1], k1_desc.layout)
+    if ROT:
+        q1p_buf = gl.allocate_shared_memory(q1_desc.dtype, [2, M, NB1], q1_desc.layout)
+        k1p_buf = gl.allocate_shared_memory(k1_desc.dtype, [2, M, NB1], k1_desc.layout)
     bar1 = ring_barriers()
     QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], gl.float32)
     qh_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
     ql_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
-    _issue_qk(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), k1_buf.index(0), row_k, 0)
+    if ROT:
+        _issue_qk_rot(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), q1p_buf.index(0), k1_buf.index(0),
+                      k1p_buf.index(0), row_k, col0, rotary_partner_col(hq, 0, N))
+    else:
+        _issue_qk(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), k1_buf.index(0), row_k, 0)
     dkq = warpgroup_mma_wait(num_outstanding=0, deps=(dkq,))
     lkq = warpgroup_mma_init(gl.zeros([M, M], gl.float32, MS))
     STEPS1: gl.constexpr = N // NB1
@@ -153,11 +193,24 @@ def bwd_bwd_aux_gluon_kernel(
         slot = j % 2
         if j + 1 < STEPS1:
             cta_barrier()
-            _issue_qk(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), k1_buf.index(1 - slot),
-                      row_k, (j + 1) * NB1)
+            if ROT:
+                _issue_qk_rot(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), q1p_buf.index(1 - slot),
+                              k1_buf.index(1 - slot), k1p_buf.index(1 - slot), row_k, col0 + (j + 1) * NB1,
+                              rotary_partner_col(hq, (j + 1) * NB1, N))
+            else:
+                _issue_qk(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), k1_buf.index(1 - slot),
+                          row_k, (j + 1) * NB1)
         mbarrier.wait(bar1.index(slot), (j // 2) % 2)
-        q_hi, q_lo = tf32_split(q1_buf.index(slot).load(ROW))
-        ks_hi, ks_lo = tf32_split(k1_buf.index(slot).load(ROW) * ts_r[:, None])
+        if ROT:
+            qv = rotated_rows(q1_buf.index(slot).load(ROW), q1p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
+                              b, h, c, j * NB1, S, H, RD, N, C, R, ROW)
+            kv = rotated_rows(k1_buf.index(slot).load(ROW), k1p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
+                              b, h, c, j * NB1, S, H, RD, N, C, R, ROW)
+        else:
+            qv = q1_buf.index(slot).load(ROW)
+            kv = k1_buf.index(slot).load(ROW)
+        q_hi, q_lo = tf32_split(qv)
+        ks_hi, ks_lo = tf32_split(kv * ts_r[:, None])
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))  # the last step's dots: qh_s / ql_s free
         qh_s.store(q_hi)
         ql_s.store(q_lo)
@@ -239,8 +292,11 @@ def bwd_bwd_aux_gluon_kernel(
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
     ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < CR, other=0.0)
-    q2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], q2_desc.layout)
-    k2_buf = gl.allocate_shared_memory(gl.float32, [2, M, NB], k2_desc.layout)
+    q2_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
+    k2_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
+    if ROT:
+        q2p_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
+        k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, NB, P], st_desc.layout)
     bar2 = ring_barriers()
     BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], gl.float32)
@@ -249,19 +305,37 @@ def bwd_bwd_aux_gluon_kernel(
     qtl_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)
     kth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dQ
     st_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # B of the cached-state term
-    _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
-               row_k, row_st, 0)
+    if ROT:
+        _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), q2p_buf.index(0), k2_buf.index(0),
+                       k2p_buf.index(0), st_buf.index(0), row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0)
+    else:
+        _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
+                   row_k, row_st, 0)
     acc_cs = gl.zeros([M, NB], gl.float32, MB)
     STEPS2: gl.constexpr = N // NB
     for j in range(STEPS2):
         slot = j % 2
         if j + 1 < STEPS2:
             cta_barrier()
-            _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
-                       k2_buf.index(1 - slot), st_buf.index(1 - slot), row_k, row_st, (j + 1) * NB)
+            if ROT:
+                _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
+                               q2p_buf.index(1 - slot), k2_buf.index(1 - slot), k2p_buf.index(1 - slot),
+                               st_buf.index(1 - slot), row_k, row_st, col0 + (j + 1) * NB,
+                               rotary_partner_col(hq, (j + 1) * NB, N), (j + 1) * NB)
+            else:
+                _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
+                           k2_buf.index(1 - slot), st_buf.index(1 - slot), row_k, row_st, (j + 1) * NB)
         mbarrier.wait(bar2.index(slot), (j // 2) % 2)
-        q_hi, q_lo = tf32_split(q2_buf.index(slot).load(ROW))
-        ks_hi, _ks_lo = tf32_split(k2_buf.index(slot).load(ROW) * ts_r[:, None])
+        if ROT:
+            qv = rotated_rows(q2_buf.index(slot).load(ROW), q2p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
+                              b, h, c, j * NB, S, H, RD, N, C, R, ROW)
+            kv = rotated_rows(k2_buf.index(slot).load(ROW), k2p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
+                              b, h, c, j * NB, S, H, RD, N, C, R, ROW)
+        else:
+            qv = q2_buf.index(slot).load(ROW)
+            kv = k2_buf.index(slot).load(ROW)
+        q_hi, q_lo = tf32_split(qv)
+        ks_hi, _ks_lo = tf32_split(kv * ts_r[:, None])
         qth_s.store(gl.permute(q_hi, (1, 0)))
         qtl_s.store(gl.permute(q_lo, (1, 0)))
         kth_s.store(gl.permute(ks_hi, (1, 0)))
@@ -279,7 +353,10 @@ def bwd_bwd_aux_gluon_kernel(
                             use_acc=False, is_async=True)
         dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                use_acc=False, is_async=True)
-        qr_b = q2_buf.index(slot).load(MB)
+        if ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
+            qr_b = qth_s.permute((1, 0)).load(MB) + qtl_s.permute((1, 0)).load(MB)
+        else:
+            qr_b = q2_buf.index(slot).load(MB)
         cols = j * NB + n_b
         if PR > M:
             inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
@@ -319,26 +396,39 @@ def supported(meta, wide_p: bool | None = None) -> bool:
 AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
 
 
+def supports_rotation(meta) -> bool:
+    """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
+    half (N / 2 a multiple of AUX_NB1), so that its partners are one box."""
+    return (meta.N // 2) % AUX_NB1 == 0
+
+
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
-               **_ignored) -> None:
+               rot_inline: bool = False, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
-    what is computed."""
+    what is computed. ``rot_inline``: the rotated q / k rows from the 16-bit inputs, the biases and
+    the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
+    if rot_inline and not supports_rotation(meta):
+        raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {AUX_NB1}")
     N = meta.N
+    if rot_inline:
+        qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("q", "k")]
+        rot = (x["q_bias"], x["k_bias"], s["COS"], s["SIN"])
+    else:
+        qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("QR", "KR")]
+        rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
     bwd_bwd_aux_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
-        row_blocks(s["QR"], N, [WG_ROWS, AUX_NB1]), row_blocks(s["KR"], N, [WG_ROWS, AUX_NB1]),
-        row_blocks(s["QR"], N, [WG_ROWS, AUX_NB]), row_blocks(s["KR"], N, [WG_ROWS, AUX_NB]),
-        row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
+        *qk, row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
-        meta.S, meta.H,
+        *rot,
+        meta.S, meta.H, meta.G, meta.RD,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
-        HAS_D=meta.has_d,
-        REDUCE_O=meta.reduce_o, num_warps=4,
+        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, num_warps=4,
     )

@@ -487,6 +487,17 @@ def store_rows(X, val, bhc, i, cols, ncols, CR: tl.constexpr):
 
 
 @triton.jit
+def store_angle_cs(COS_S, SIN_S, cs, sn, b, h, tt, j, S, H, RD):
+    """cos / sin tiles of the angles (steps ``tt`` [C, 1, 1], angle columns ``j`` [1, 1, J]) to
+    [B, S, H, RD] buffers laid out as the angles, where j < RD (the pre kernels' ROT_CS: the Gluon
+    aux and state_terms rotate q / k themselves from them, gluon_common.rotated_rows)."""
+    off = ((b * S + tt) * H + h) * RD + j
+    m = (j < RD) & (tt < S)
+    tl.store(COS_S + off, cs, mask=m)
+    tl.store(SIN_S + off, sn, mask=m)
+
+
+@triton.jit
 def load_angles_cs(ANG, b, h, tpos, n, jn, rot, S, H, N, RD):
     mn = n < N
     a = tl.load(ANG + ((b * S + tpos[:, None]) * H + h) * RD + jn[None, :], mask=(rot & mn)[None, :], other=0.0)
@@ -533,7 +544,8 @@ def alloc_scratch(meta, device, names) -> dict:
 
     rows_N [B,H,nc,C*R,N], rows_P [B,H,nc,C*R,P], time [B,H,S], chunk [B,H,nc], cc [B,H,nc,C,C],
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
-    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights).
+    [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), COS / SIN [B,S,H,RD] (cos /
+    sin of the angles, laid out as they are).
     """
     B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
     nc = meta.nchunks
@@ -545,7 +557,7 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R),
+        "GDB": (B, H, nc, C * R, R), "COS": (B, S, H, meta.RD), "SIN": (B, S, H, meta.RD),
     }
     # one allocation, one view per buffer (a torch.empty per buffer cost the host ~5 us each, and
     # the host bounds the smaller shapes); each view starts on a SCRATCH_ALIGN-element boundary

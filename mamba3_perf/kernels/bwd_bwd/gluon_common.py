@@ -49,6 +49,46 @@ def chunk_coords(S, H, C: gl.constexpr):
 
 
 @gluon.jit
+def rotated_rows(own, par, BIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr,
+                 R: gl.constexpr, L: gl.constexpr):
+    """One chunk's rotated q or k rows on columns [n0, n0 + NB) of one rotary half, in layout L,
+    from the 16-bit rows of those columns (``own``) and of their partners n +- N/2 (``par``), as
+    the pre kernels form them: x = row + bias[h, r]; xr_n = cos x_n - sin x_{n + N/2} in the first
+    half, cos x_n + sin x_{n - N/2} in the second, with the cos / sin of angle j = n mod N/2 the
+    pre kernel stored ([B, S, H, RD], ROT_CS); x itself where j >= RD. Rows past the chunk's C*R
+    (the box runs on into the next chunk) come out unrotated, finite, and are never stored."""
+    M: gl.constexpr = own.shape[0]
+    NB: gl.constexpr = own.shape[1]
+    HALF: gl.constexpr = N // 2
+    i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
+    n = n0 + gl.arange(0, NB, layout=gl.SliceLayout(0, L))
+    second = n >= HALF
+    j = gl.where(second, n - HALF, n)
+    pn = gl.where(second, n - HALF, n + HALF)
+    brow = (h * R + i % R) * N
+    x = own.to(gl.float32) + gl.load(BIAS + brow[:, None] + n[None, :])
+    xp = par.to(gl.float32) + gl.load(BIAS + brow[:, None] + pn[None, :])
+    at = ((b * S + c * C + i // R) * H + h) * RD
+    m = (i < C * R)[:, None] & (j < RD)[None, :]
+    cs = gl.load(COS_S + at[:, None] + j[None, :], mask=m, other=1.0)
+    sn = gl.load(SIN_S + at[:, None] + j[None, :], mask=m, other=0.0)
+    return cs * x + gl.where(second[None, :], sn, -sn) * xp
+
+
+def input_rows(t, meta, block: list[int]):
+    """A TMA descriptor of the 16-bit q or k input [B, S, R, G, N] as rows [B*S*R, G*N] in
+    ``block`` boxes: a chunk's fused rows t*R + r of head group hq are the box at row
+    (b*S + c*C)*R, column hq*N + n (rotated_rows' own / partner columns)."""
+    return row_blocks(t, meta.G * meta.N, block)
+
+
+@gluon.jit
+def rotary_partner_col(hq, n0, N: gl.constexpr):
+    """The TMA column of the rotary partners of the block at column n0 of head group hq's N."""
+    return (hq * N + (n0 + N // 2) % N).to(gl.int32)
+
+
+@gluon.jit
 def ring_barriers():
     """The two mbarriers of a two-slot TMA ring (slot j % 2 for step j, waited with phase
     (j // 2) % 2), initialized for one arrival each: the expect-tx of the step's copies."""

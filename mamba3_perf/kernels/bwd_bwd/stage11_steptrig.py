@@ -16,7 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_chunk_scalars,
+    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_angle_cs, store_chunk_scalars,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -33,11 +33,13 @@ def bwd_bwd_pre_steptrig_kernel(
     QB_S, KB_S, QR_S, KR_S, PSIV_S, DPHIO_S, GAM_S, TS_S, ECS_S, EREV_S, WT_S, DECAY_S,
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
-    INPUTS: tl.constexpr, QK_INPUTS: tl.constexpr = False,
+    INPUTS: tl.constexpr, QK_INPUTS: tl.constexpr = False, COS_S=None, SIN_S=None,
+    ROT_CS: tl.constexpr = False,
 ):
     """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]).
     QK_INPUTS: QB / KB are not stored (their readers load q / k) though PsiV / dPhiO are
-    (launch_pre's ``qk_inputs``)."""
+    (launch_pre's ``qk_inputs``). ROT_CS: cos / sin of the angles to COS_S / SIN_S in place of
+    QR / KR (stage21_halves' pre kernel's)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -53,11 +55,15 @@ def bwd_bwd_pre_steptrig_kernel(
     cs = tl.cos(a)
     sn = sgn[None, None, :] * tl.sin(a)
     qb = load_biased(Q, QBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-    _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
     kb = load_biased(K, KBIAS, b, h, hq, tt, r3, n3, S, G, N, R)
-    kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
-    _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)
+    if ROT_CS:  # the first half's columns hold every angle (jn = n there)
+        store_angle_cs(COS_S, SIN_S, cs, tl.sin(a), b, h, tt, tl.where(n < N // 2, n, RD)[None, None, :],
+                       S, H, RD)
+    else:
+        qr = cs * qb + sn * load_biased(Q, QBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+        _store_cube(QR_S, qr, bhc, t3, r3, n3, mn3, N, R, CR)
+        kr = cs * kb + sn * load_biased(K, KBIAS, b, h, hq, tt, r3, pt3, S, G, N, R)
+        _store_cube(KR_S, kr, bhc, t3, r3, n3, mn3, N, R, CR)
     if not INPUTS and not QK_INPUTS:
         _store_cube(QB_S, qb, bhc, t3, r3, n3, mn3, N, R, CR)
         _store_cube(KB_S, kb, bhc, t3, r3, n3, mn3, N, R, CR)

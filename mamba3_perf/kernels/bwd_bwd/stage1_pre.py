@@ -114,7 +114,8 @@ def scratch_args(s: dict) -> tuple:
 
 
 def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, launch: dict | None = None,
-               steps: int | None = None, heads_inner: bool = False, qk_inputs: bool = False) -> None:
+               steps: int | None = None, heads_inner: bool = False, qk_inputs: bool = False,
+               rot_inline: bool = False) -> None:
     """``inputs``: leave QB, KB, PSIV, DPHIO unwritten (stage10's readers load the inputs);
     ``kernel``: another pre kernel of the same signature (stage11); ``launch``: its launch
     options (default CHUNK_LAUNCH; stage16); ``steps``: time steps per program, a divisor of the
@@ -122,8 +123,12 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
     with C = ``steps`` and SUB = C / steps times the programs; ``heads_inner``: for the same
     kernel, program ids in (b, chunk, head) order (common.chunk_coords' HEADS_INNER);
     ``qk_inputs``: without ``inputs``, leave QB and KB unwritten but store PsiV and dPhiO (stage11's
-    and stage21's kernels, QK_INPUTS; stage7_streamaux.run_with's ``qk_inputs``)."""
+    and stage21's kernels, QK_INPUTS; stage7_streamaux.run_with's ``qk_inputs``); ``rot_inline``: cos /
+    sin of the angles to s["COS"] / s["SIN"] and no QR / KR (stage11's and stage21's kernels,
+    ROT_CS; stage7_streamaux.run_with's ``rot_inline``)."""
     extra = dict(HEADS_INNER=True) if heads_inner else {}
+    if rot_inline:
+        extra.update(ROT_CS=True, COS_S=s["COS"], SIN_S=s["SIN"])
     if qk_inputs and not inputs:
         extra["QK_INPUTS"] = True
     sub = sub_chunk(meta, steps)

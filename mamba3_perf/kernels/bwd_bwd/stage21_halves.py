@@ -50,7 +50,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, load_biased, store_chunk_decay, store_chunk_scalars, store_step_scalars,
+    angle_grad_pair, chunk_frame, load_biased, store_angle_cs, store_chunk_decay, store_chunk_scalars,
+    store_step_scalars,
 )
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
     _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,
@@ -79,7 +80,7 @@ def bwd_bwd_pre_halves_kernel(
     S, H, G, N, P, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, SUB: tl.constexpr = 1, HEADS_INNER: tl.constexpr = False,
-    QK_INPUTS: tl.constexpr = False,
+    QK_INPUTS: tl.constexpr = False, COS_S=None, SIN_S=None, ROT_CS: tl.constexpr = False,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
     cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
@@ -87,7 +88,9 @@ def bwd_bwd_pre_halves_kernel(
     many more programs); each stores its steps' rows and scalars, and the first of a chunk's SUB
     programs the chunk's decay matrix and decay. HEADS_INNER: program ids in (b, chunk, head) order
     (common.chunk_coords; a stage25 knob). QK_INPUTS: QB / KB are not stored though PsiV / dPhiO
-    are (launch_pre's ``qk_inputs``)."""
+    are (launch_pre's ``qk_inputs``). ROT_CS: cos / sin of the angles to COS_S / SIN_S
+    ([B, S, H, RD], as ANG) in place of the rotated rows QR / KR, which the Gluon aux and
+    state_terms then form themselves (launch_pre's ``rot_inline``)."""
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -95,12 +98,15 @@ def bwd_bwd_pre_halves_kernel(
     jp3 = j3 + N // 2
     q1 = load_biased(Q, QBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
     q2 = load_biased(Q, QBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
-    _store_cube(QR_S, cs * q1 - sn * q2, bhc, t3, r3, j3, mj3, N, R, CR)
-    _store_cube(QR_S, cs * q2 + sn * q1, bhc, t3, r3, jp3, mj3, N, R, CR)
     k1 = load_biased(K, KBIAS, b, h, hq, tt, r3, j3, S, G, N, R)
     k2 = load_biased(K, KBIAS, b, h, hq, tt, r3, jp3, S, G, N, R)
-    _store_cube(KR_S, cs * k1 - sn * k2, bhc, t3, r3, j3, mj3, N, R, CR)
-    _store_cube(KR_S, cs * k2 + sn * k1, bhc, t3, r3, jp3, mj3, N, R, CR)
+    if ROT_CS:
+        store_angle_cs(COS_S, SIN_S, cs, sn, b, h, tt, j3, S, H, RD)
+    else:
+        _store_cube(QR_S, cs * q1 - sn * q2, bhc, t3, r3, j3, mj3, N, R, CR)
+        _store_cube(QR_S, cs * q2 + sn * q1, bhc, t3, r3, jp3, mj3, N, R, CR)
+        _store_cube(KR_S, cs * k1 - sn * k2, bhc, t3, r3, j3, mj3, N, R, CR)
+        _store_cube(KR_S, cs * k2 + sn * k1, bhc, t3, r3, jp3, mj3, N, R, CR)
     if not INPUTS and not QK_INPUTS:
         _store_cube(QB_S, q1, bhc, t3, r3, j3, mj3, N, R, CR)
         _store_cube(QB_S, q2, bhc, t3, r3, jp3, mj3, N, R, CR)

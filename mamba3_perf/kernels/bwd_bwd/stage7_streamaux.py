@@ -176,13 +176,17 @@ INPUT_OPERANDS = ("QB", "KB", "PSIV", "DPHIO")
 QK_OPERANDS = ("QB", "KB")
 # the aux's diagonal-term rows, which stage13's post kernel forms itself
 DIAG_ROWS = ("DQD", "DKD")
+# the rotated rows, which the Gluon aux and state_terms form themselves with run_with's rot_inline,
+# and what they read instead
+ROTATED_ROWS = ("QR", "KR")
+ANGLE_CS = ("COS", "SIN")
 
 
 def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | None = None,
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
-             state_terms=None, aux=None, qk_inputs: bool = False) -> None:
+             state_terms=None, aux=None, qk_inputs: bool = False, rot_inline: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -200,25 +204,32 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     launcher (:func:`launch_aux`'s signature, the default; stage24); ``qk_inputs``: where
     ``inputs`` is false, the pre-rotation q / k alone come from the inputs (QB / KB unwritten,
     the post kernel loads q / k; PsiV and dPhiO stay in scratch); only with ``diag_blocks``, where
-    the aux reads no QB / KB (a stage25 knob)."""
+    the aux reads no QB / KB (a stage25 knob); ``rot_inline``: the pre kernel stores cos / sin of
+    the angles instead of the rotated rows QR / KR, and ``aux`` and ``state_terms`` (which must
+    be given: the Gluon ones take it) rotate q / k themselves (stage27)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     qk_inputs = qk_inputs and not inputs
     if qk_inputs and not diag_blocks:
         raise ValueError("qk_inputs: only where the post kernel forms the diagonal terms (diag_blocks); "
                          "otherwise the aux reads QB / KB")
+    if rot_inline and (aux is None or state_terms is None or not aux_increments):
+        raise ValueError("rot_inline: only the Gluon aux (forming the increments, so that the state pass "
+                         "reads no QR) and the Gluon state_terms rotate q / k themselves")
     skip = ((INPUT_OPERANDS if inputs else QK_OPERANDS if qk_inputs else ())
-            + (DIAG_ROWS if diag_blocks else ()))
-    names = PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
+            + (DIAG_ROWS if diag_blocks else ()) + (ROTATED_ROWS if rot_inline else ()))
+    names = (PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
+             + (ANGLE_CS if rot_inline else ()))
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
     s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
-    pre(x, s, meta, inputs=inputs, **(dict(qk_inputs=True) if qk_inputs else {}))
+    rot = dict(rot_inline=True) if rot_inline else {}
+    pre(x, s, meta, inputs=inputs, **(dict(qk_inputs=True) if qk_inputs else {}), **rot)
     (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
                         diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments,
-                        lkq_block=lkq_block)
+                        lkq_block=lkq_block, **rot)
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     (state_terms or stage6_statepass.launch_state_terms)(x, s, out, meta, **(terms or {}), inputs=inputs,
-                                                        late_sums=late_sums)
+                                                        late_sums=late_sums, **rot)
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
     post(x, s, out, meta, inputs=inputs or qk_inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
 

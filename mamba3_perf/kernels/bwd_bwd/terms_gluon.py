@@ -20,7 +20,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, dot3, release_ring, ring_barriers, row_blocks, tf32_split, tma_load,
+    WG_ROWS, chunk_coords, cta_barrier, dot3, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
+    row_blocks, tf32_split, tma_load,
 )
 
 
@@ -36,18 +37,35 @@ def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, dk
 
 
 @gluon.jit
+def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, krp_s, dks_s, row_s, row_k, col,
+                     row_x, xcol, pcol):
+    """_issue_block with the k rows from the 16-bit input: the block and its rotary partners."""
+    nbytes: gl.constexpr = (dst_desc.block_type.nbytes + st_desc.block_type.nbytes
+                            + 2 * kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
+    mbarrier.expect(bar, nbytes)
+    tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
+    tma_load(st_desc, [row_s + col, 0], bar, st_s)
+    tma_load(kr_desc, [row_x, xcol], bar, kr_s)
+    tma_load(kr_desc, [row_x, pcol], bar, krp_s)
+    tma_load(dks_desc, [row_k, col], bar, dks_s)
+
+
+@gluon.jit
 def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
     V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
-    S, H,
+    KBIAS, COS_S, SIN_S,
+    S, H, G, RD,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    num_warps: gl.constexpr,
+    ROT: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
     products run on M = 64 rows, a warpgroup's least: where the chunk has C*R = 32 fused rows the
     rows past them are zero (PsiV, ks) or another chunk's (k, dK: the TMA boxes run on), and
-    nothing of theirs is stored."""
+    nothing of theirs is stored. ROT: ``kr_desc`` is of the 16-bit k input
+    (gluon_common.input_rows) and each block is rotated here (gluon_common.rotated_rows) from it,
+    its rotary partners, the bias and the pre kernel's cos / sin, instead of loaded from KR."""
     CR: gl.constexpr = C * R
     MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
     bhc, bh, b, h, c = chunk_coords(S, H, C)
@@ -83,7 +101,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     # the two-slot TMA ring and the split dstates operands
     ds_buf = gl.allocate_shared_memory(gl.float32, [2, BNB, P], dst_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, BNB, P], st_desc.layout)
-    kr_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], kr_desc.layout)
+    kr_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
+    if ROT:
+        krp_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
     dks_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], dks_desc.layout)
     bars = ring_barriers()
     DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
@@ -95,8 +115,16 @@ def bwd_bwd_state_terms_gluon_kernel(
 
     row_s = (bhc * N).to(gl.int32)
     row_k = (bhc * CR).to(gl.int32)
-    _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
-                 kr_buf.index(0), dks_buf.index(0), row_s, row_k, 0)
+    if ROT:  # k rows of the input viewed [B*S*R, G*N]; columns of head group hq
+        row_x = ((b * S + c * C) * R).to(gl.int32)
+        hq = h // (H // G)
+        col0 = (hq * N).to(gl.int32)
+        _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
+                         kr_buf.index(0), krp_buf.index(0), dks_buf.index(0), row_s, row_k, 0, row_x, col0,
+                         rotary_partner_col(hq, 0, N))
+    else:
+        _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
+                     kr_buf.index(0), dks_buf.index(0), row_s, row_k, 0)
 
     acc = gl.zeros([M, P], gl.float32, MP)
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
@@ -107,9 +135,15 @@ def bwd_bwd_state_terms_gluon_kernel(
         slot = j % 2
         if j + 1 < NSTEPS:
             cta_barrier()  # every warp is done reading the slot the next copy fills
-            _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
-                         st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
-                         row_s, row_k, (j + 1) * BNB)
+            if ROT:
+                _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
+                                 st_buf.index(1 - slot), kr_buf.index(1 - slot), krp_buf.index(1 - slot),
+                                 dks_buf.index(1 - slot), row_s, row_k, (j + 1) * BNB, row_x, col0 + (j + 1) * BNB,
+                                 rotary_partner_col(hq, (j + 1) * BNB, N))
+            else:
+                _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
+                             st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
+                             row_s, row_k, (j + 1) * BNB)
         mbarrier.wait(bars.index(slot), (j // 2) % 2)
         ds = ds_buf.index(slot).load(ROW)
         ds_hi, ds_lo = tf32_split(ds)
@@ -117,7 +151,11 @@ def bwd_bwd_state_terms_gluon_kernel(
         dsl_s.store(ds_lo)
         dsth_s.store(gl.permute(ds_hi, (1, 0)))
         dstl_s.store(gl.permute(ds_lo, (1, 0)))
-        kr = kr_buf.index(slot).load(MK)
+        if ROT:
+            kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
+                              b, h, c, j * BNB, S, H, RD, N, C, R, MK)
+        else:
+            kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
         ks_hi, ks_lo = tf32_split(ks)
         a_hi = gl.convert_layout(ks_hi, AK)
@@ -197,15 +235,29 @@ def supported(meta) -> bool:
     return meta.C * meta.R in (32, 64) and meta.P in (32, 64, 128) and meta.N % block_rows(meta) == 0
 
 
-def launch_state_terms(x: dict, s: dict, out: dict, meta, **_ignored) -> None:
+def supports_rotation(meta) -> bool:
+    """Whether ``rot_inline`` applies to ``meta``: every step's block inside one rotary half."""
+    return (meta.N // 2) % block_rows(meta) == 0
+
+
+def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
-    apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late."""
+    apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
+    ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
+    sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27)."""
     bnb = block_rows(meta)
+    if rot_inline and not supports_rotation(meta):
+        raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
+    if rot_inline:
+        kr, rot = input_rows(x["k"], meta, [WG_ROWS, bnb]), (x["k_bias"], s["COS"], s["SIN"])
+    else:
+        kr, rot = row_blocks(s["KR"], meta.N, [WG_ROWS, bnb]), (x["k_bias"],) * 3  # unread
     bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
-        row_blocks(s["KR"], meta.N, [WG_ROWS, bnb]), row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
+        kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
-        meta.S, meta.H,
-        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, num_warps=warps(meta),
+        *rot,
+        meta.S, meta.H, meta.G, meta.RD,
+        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, num_warps=warps(meta),
     )
