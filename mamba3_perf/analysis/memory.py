@@ -161,6 +161,10 @@ STAGE_BUFFERS["stage25_subchunk"] = STAGE_BUFFERS["stage24_gluonaux"]
 STAGE_BUFFERS["stage26_widep"] = STAGE_BUFFERS["stage25_subchunk"]
 # stage27's Gluon kernels rotate [M, NB] blocks in registers from 16-bit boxes of the same bytes
 STAGE_BUFFERS["stage27_rotinline"] = STAGE_BUFFERS["stage26_widep"]
+# stage28's state_terms holds a pair's first-half dK rows [M, NB] across one step: within its tiles
+STAGE_BUFFERS["stage28_termsdk"] = STAGE_BUFFERS["stage27_rotinline"]
+# stage29's aux likewise holds a pair's first-half dQ rows [M, NB] across one step
+STAGE_BUFFERS["stage29_auxdq"] = STAGE_BUFFERS["stage28_termsdk"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

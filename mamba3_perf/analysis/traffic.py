@@ -15,7 +15,9 @@ arguments (by name, as the kernel's signature names them: ``QR_S``, ``STATES``, 
 
 The counts are of the plan that runs where the Gluon kernels do not (the interpreter, Ascend,
 GPUs other than Hopper): on Hopper the Gluon aux and state_terms stand in for the Triton aux and
-state_terms with the same tensors, the aux also forming the dstates increments. Caches, sectors
+state_terms with the same tensors, the aux also forming the dstates increments (up to stage26;
+from stage27 on, Hopper-only stages that drop scratch tensors, the counts are of their parent's
+plan, which is what runs here). Caches, sectors
 and vector widths are not modelled: bytes are elements touched times their size.
 
 :func:`kernel_traffic` returns one row per (launch, tensor) of a stage (:func:`recording` and

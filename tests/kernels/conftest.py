@@ -64,3 +64,57 @@ def compile_stage():
         assert res.returncode == 0, res.stderr[-2000:]
         return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
     return run
+
+
+@pytest.fixture
+def post_launch(monkeypatch):
+    """Run stage26 on a case's CPU inputs and return its post kernel's launch: (x, scratch,
+    the outputs it leaves, meta, launch keywords). The tests of stages 28-29 finish dK / dQ from
+    that scratch as their Gluon kernels do and compare."""
+    from mamba3_perf.bench import prepare
+    from mamba3_perf.kernels.bwd_bwd import prod
+
+    def run(case_id):
+        launches, launch = [], prod.launch_post
+
+        def capture(x, s, out, meta, **kw):
+            launch(x, s, out, meta, **kw)
+            launches.append((x, s, {k: v.clone() for k, v in out.items() if v is not None}, meta, kw))
+
+        monkeypatch.setattr(prod, "launch_post", capture)
+        case = get_case(case_id)
+        api.mamba3_mimo_bwd_bwd(**prepare(case, device="cpu"), chunk_size=case.C,
+                                rotary_dim_divisor=case.rotary_dim_divisor, stage="stage26_widep")
+        monkeypatch.setattr(prod, "launch_post", launch)
+        return launches[0]
+    return run
+
+
+def _per_head(x, H):
+    """[B, S, R, G, N] -> [B, H, S, R, N] fp32 (head h reads group h // (H / G))."""
+    G = x.shape[3]
+    return x[:, :, :, torch.arange(H) // (H // G)].permute(0, 3, 1, 2, 4).float()
+
+
+@pytest.fixture
+def finish_replay():
+    """gluon_common.finish_pair over a whole tensor, in torch: from the rotated-domain rows of one
+    side (s["DKR"] or s["DQR"], [B, H, nc, C*R, N]) its gradient [B, S*R, H, N] (inverse rotary plus
+    the qk_dot diagonal term from s["GDB"] and the other side's input) and its half of DANGLES
+    [B, S, H, RD]: stage21_halves' post arithmetic, term for term."""
+    def run(x, s, meta, side):
+        B, S, H, N, R, RD = meta.B, meta.S, meta.H, meta.N, meta.R, meta.RD
+        half, other = N // 2, "k" if side == "q" else "q"
+        d = s["DQR" if side == "q" else "DKR"].reshape(B, H, S, R, N)
+        xb = _per_head(x[side], H) + x[side + "_bias"][None, :, None]
+        yb = _per_head(x[other], H) + x[other + "_bias"][None, :, None]
+        ang = x["angles"].permute(0, 2, 1, 3)[:, :, :, None, :]  # [B, H, S, 1, RD]
+        cs, sn = torch.ones(B, H, S, 1, half), torch.zeros(B, H, S, 1, half)
+        cs[..., :RD], sn[..., :RD] = torch.cos(ang), torch.sin(ang)
+        d1, d2, x1, x2 = d[..., :half], d[..., half:], xb[..., :half], xb[..., half:]
+        g = (d1 * (-sn * x1 - cs * x2) + d2 * (-sn * x2 + cs * x1)).sum(3)[..., :RD]
+        gdb = s["GDB"].reshape(B, H, S, R, R)  # [.., r_k, r_q]
+        diag = torch.einsum("bhskq,bhskn->bhsqn" if side == "q" else "bhskq,bhsqn->bhskn", gdb, yb)
+        dx = torch.cat([cs * d1 + sn * d2, cs * d2 - sn * d1], -1) + diag
+        return dx.permute(0, 2, 3, 1, 4).reshape(B, S * R, H, N), g.permute(0, 2, 1, 3).contiguous()
+    return run

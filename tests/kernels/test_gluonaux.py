@@ -71,12 +71,14 @@ HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline"])
+@pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline", "stage28_termsdk",
+                                   "stage29_auxdq"])
 @pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
 def test_gluon_stages_match_golden_on_hopper(stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon
     aux runs only with those). stage27: the Gluon kernels rotating q / k themselves where it
-    takes that (C*R = 64, N >= 64: hop-P128, hop-fp16-noD, hop-gqa, ...)."""
+    takes that (C*R = 64, N >= 64: hop-N64, hop-N128, hop-P128, hop-fp16-noD, ...); stage28:
+    state_terms finishing dK there too."""
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 

@@ -28,3 +28,5 @@ from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage25_subchunk  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage26_widep  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage27_rotinline  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage28_termsdk  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage29_auxdq  # noqa: F401

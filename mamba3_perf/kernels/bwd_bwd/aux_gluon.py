@@ -34,8 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, dot3, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
-    row_blocks, tf32_split, tma_load,
+    WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
+    rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -93,17 +93,20 @@ def bwd_bwd_aux_gluon_kernel(
     DPSIV_S, DKS_S, DQR_S, DDP_S, GDB_S, DST_S,
     DSSDA, DGAM, DDACS,
     DOUT, V, MV, MO,
-    QBIAS, KBIAS, COS_S, SIN_S,
+    QBIAS, KBIAS, COS_S, SIN_S, DQ, DANG, KIN,
     S, H, G, RD,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    num_warps: gl.constexpr,
+    FIN: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
     (gluon_common.input_rows), and both N walks rotate their blocks (gluon_common.rotated_rows)
     from them, their partner blocks, the biases and the pre kernel's cos / sin (COS_S, SIN_S),
-    instead of loading the pre kernel's fp32 QR / KR rows."""
+    instead of loading the pre kernel's fp32 QR / KR rows. FIN (with ROT): the second walk takes
+    each first-half block and then its rotary partners and, instead of storing dQ's rotated-domain
+    rows (DQR) for the post kernel, finishes dQ and stores DANGLES' q half itself on each pair
+    (gluon_common.finish_pair; the diagonal term from the GDB it stored and the 16-bit k, KIN)."""
     CR: gl.constexpr = C * R
     MT: gl.constexpr = M // R  # steps of the M rows
     bhc, bh, b, h, c = chunk_coords(S, H, C)
@@ -312,25 +315,28 @@ def bwd_bwd_aux_gluon_kernel(
         _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
                    row_k, row_st, 0)
     acc_cs = gl.zeros([M, NB], gl.float32, MB)
+    if FIN:
+        d1 = gl.zeros([M, NB], gl.float32, MB)  # the pair's first-half dQ rows, until its partners come
     STEPS2: gl.constexpr = N // NB
     for j in range(STEPS2):
         slot = j % 2
+        n0 = block_col(j, NB, N, FIN)
+        n1 = block_col(j + 1, NB, N, FIN)
         if j + 1 < STEPS2:
             cta_barrier()
             if ROT:
                 _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
                                q2p_buf.index(1 - slot), k2_buf.index(1 - slot), k2p_buf.index(1 - slot),
-                               st_buf.index(1 - slot), row_k, row_st, col0 + (j + 1) * NB,
-                               rotary_partner_col(hq, (j + 1) * NB, N), (j + 1) * NB)
+                               st_buf.index(1 - slot), row_k, row_st, col0 + n1, rotary_partner_col(hq, n1, N), n1)
             else:
                 _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
                            k2_buf.index(1 - slot), st_buf.index(1 - slot), row_k, row_st, (j + 1) * NB)
         mbarrier.wait(bar2.index(slot), (j // 2) % 2)
         if ROT:
             qv = rotated_rows(q2_buf.index(slot).load(ROW), q2p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
-                              b, h, c, j * NB, S, H, RD, N, C, R, ROW)
+                              b, h, c, n0, S, H, RD, N, C, R, ROW)
             kv = rotated_rows(k2_buf.index(slot).load(ROW), k2p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
-                              b, h, c, j * NB, S, H, RD, N, C, R, ROW)
+                              b, h, c, n0, S, H, RD, N, C, R, ROW)
         else:
             qv = q2_buf.index(slot).load(ROW)
             kv = k2_buf.index(slot).load(ROW)
@@ -357,15 +363,26 @@ def bwd_bwd_aux_gluon_kernel(
             qr_b = qth_s.permute((1, 0)).load(MB) + qtl_s.permute((1, 0)).load(MB)
         else:
             qr_b = q2_buf.index(slot).load(MB)
-        cols = j * NB + n_b
+        cols = n0 + n_b
         if PR > M:
             inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
             gl.store(DST_S + (bhc * N + cols[None, :]) * P + M + i_b[:, None], inc_hi)  # rows: p - M
         inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < CR)[:, None])
-        gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
-                 mask=(i_b < CR)[:, None])
+        if FIN:
+            d2 = dqr + dq_raw * ecs_b[:, None]
+            if j % 2 == 0:
+                d1 = d2
+            else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
+                # pre-rotation rows formed again from the boxes (not held in registers across the products)
+                qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
+                                                   QBIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, MB)
+                finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, d2, qxp, qx, qcs, qsn, b, h, hq, c, bhc, n0 - N // 2,
+                            S, H, G, RD, N, C, R, MB, True, False)
+        else:
+            gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
+                     mask=(i_b < CR)[:, None])
         acc_cs += qr_b * dq_raw
     release_ring(bar2)
     ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
@@ -403,17 +420,20 @@ def supports_rotation(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
-               rot_inline: bool = False, **_ignored) -> None:
+               rot_inline: bool = False, finish_dq: bool = False, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
     what is computed. ``rot_inline``: the rotated q / k rows from the 16-bit inputs, the biases and
-    the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27)."""
+    the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27);
+    ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
-    if rot_inline and not supports_rotation(meta):
+    if (rot_inline or finish_dq) and not supports_rotation(meta):
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {AUX_NB1}")
+    if finish_dq and not rot_inline:
+        raise ValueError("finish_dq: only with rot_inline (the pre-rotation q rows it needs are the ones it rotates)")
     N = meta.N
     if rot_inline:
         qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("q", "k")]
@@ -427,8 +447,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
-        *rot,
+        *rot, out["DQ"], out["DANGLES"], x["k"],
         meta.S, meta.H, meta.G, meta.RD,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
-        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, num_warps=4,
+        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq, num_warps=4,
     )

@@ -487,6 +487,18 @@ def store_rows(X, val, bhc, i, cols, ncols, CR: tl.constexpr):
 
 
 @triton.jit
+def store_dangles(DANG, g, b, h, tt, j, S, H, RD, ADD: tl.constexpr):
+    """DANGLES [B, S, H, RD] at steps ``tt`` and angles ``j`` (index tensors broadcasting to
+    g's shape), where j < RD; ADD: added to what is there (the post kernels' K_DONE: state_terms
+    stored the k half)."""
+    ptr = DANG + ((b * S + tt) * H + h) * RD + j
+    m = (j < RD) & (tt < S)
+    if ADD:
+        g += tl.load(ptr, mask=m, other=0.0)
+    tl.store(ptr, g, mask=m)
+
+
+@triton.jit
 def store_angle_cs(COS_S, SIN_S, cs, sn, b, h, tt, j, S, H, RD):
     """cos / sin tiles of the angles (steps ``tt`` [C, 1, 1], angle columns ``j`` [1, 1, J]) to
     [B, S, H, RD] buffers laid out as the angles, where j < RD (the pre kernels' ROT_CS: the Gluon

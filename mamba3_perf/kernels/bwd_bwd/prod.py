@@ -86,7 +86,7 @@ def bwd_bwd_post_kernel(
 
 def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kernel=None,
                 diag_blocks: bool | None = None, launch: dict | None = None, steps: int | None = None,
-                heads_inner: bool = False) -> None:
+                heads_inner: bool = False, k_done: bool = False) -> None:
     """``inputs``: the pre-rotation q / k from the inputs instead of QB / KB scratch (stage10);
     ``kernel``: another post kernel of the same signature (stage11); ``diag_blocks``: for a
     kernel that also takes GDB_S and DIAG_BLOCKS (stage11's), whether it forms the diagonal
@@ -96,13 +96,16 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
     scratch, its angles, its diagonal weight block), and a chunk's rows are contiguous in every
     scratch buffer, so launching it with C = ``steps`` (and that many more programs) splits each
     chunk into sub-chunks with nothing else changed. ``heads_inner``: for a ``kernel`` that
-    takes HEADS_INNER (stage11's and stage21's), program ids in (b, chunk, head) order (common.chunk_coords)."""
+    takes HEADS_INNER (stage11's and stage21's), program ids in (b, chunk, head) order (common.chunk_coords).
+    ``k_done``: for the same kernels, K_DONE: state_terms stored DK and DANGLES' k half (stage28)."""
     meta = sub_chunk(meta, steps)
     bk = blocks(meta)
     extra = {} if diag_blocks is None else dict(GDB_S=s["GDB"] if diag_blocks else out["DANGLES"],
                                                 DIAG_BLOCKS=diag_blocks)
     if heads_inner:
         extra["HEADS_INNER"] = True
+    if k_done:
+        extra["K_DONE"] = True
     (kernel or bwd_bwd_post_kernel)[(meta.B * meta.H * meta.nchunks,)](
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],

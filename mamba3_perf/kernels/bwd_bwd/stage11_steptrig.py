@@ -16,7 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_angle_cs, store_chunk_scalars,
+    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_angle_cs, store_chunk_scalars, store_dangles,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -115,10 +115,10 @@ def _angle_grad_cube(DX_S, rows3, j, jp, mj, x1, x2, cj, sj):
 @triton.jit
 def _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, rows3,
                           S, H, G, N, RD, R: tl.constexpr, CR: tl.constexpr, BRD: tl.constexpr,
-                          INPUTS: tl.constexpr):
+                          INPUTS: tl.constexpr, K_DONE: tl.constexpr = False):
     """DANGLES' terms per (step, rank, angle j) [C, R, BRD] from [C, R, BRD] tiles loaded for
     them: the rotated-domain gradient rows DQR / DKR and the pre-rotation q / k at columns j and
-    j + N/2 (j < RD), cos / sin of each step's angles."""
+    j + N/2 (j < RD), cos / sin of each step's angles; K_DONE: the q side's alone."""
     j = tl.arange(0, BRD)[None, None, :]
     mj = j < RD
     jp = j + N // 2
@@ -127,10 +127,12 @@ def _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, 
     sj = tl.sin(aj)
     q1 = _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
     q2 = _pre_rotation_rows(QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-    k1 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
-    k2 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
-    return (_angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
-            + _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj))
+    g = _angle_grad_cube(DQR_S, rows3, j, jp, mj, q1, q2, cj, sj)
+    if not K_DONE:
+        k1 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j, mj, S, G, N, R, CR, INPUTS)
+        k2 = _pre_rotation_rows(KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, jp, mj, S, G, N, R, CR, INPUTS)
+        g += _angle_grad_cube(DKR_S, rows3, j, jp, mj, k1, k2, cj, sj)
+    return g
 
 
 @triton.jit
@@ -140,13 +142,14 @@ def bwd_bwd_post_steptrig_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
 ):
     """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
     over the ranks; DANGLES sums the ranks of a [C, R, RD] tile. DIAG_BLOCKS (stage13): the
     qk_dot diagonal terms from the aux's same-step weight blocks GDB and the pre-rotation q / k,
     R fp32 multiply-adds per element, instead of the aux's DQD / DKD rows. HEADS_INNER: program
-    ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob)."""
+    ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob). K_DONE: state_terms
+    stored DK and DANGLES' k half (terms_gluon's FIN); only dQ here, and DANGLES' q half added."""
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     CR: tl.constexpr = C * R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)
@@ -172,15 +175,15 @@ def bwd_bwd_post_steptrig_kernel(
     dq = (cs * tl.load(DQR_S + rows3 + n3, mask=mn3, other=0.0)
           - sn * tl.load(DQR_S + rows3 + pt3, mask=mn3, other=0.0) + dq_diag)
     tl.store(DQ + orow, dq.to(DQ.dtype.element_ty), mask=mn3)
-    dk = (cs * tl.load(DKR_S + rows3 + n3, mask=mn3, other=0.0)
-          - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0) + dk_diag)
-    tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
+    if not K_DONE:
+        dk = (cs * tl.load(DKR_S + rows3 + n3, mask=mn3, other=0.0)
+              - sn * tl.load(DKR_S + rows3 + pt3, mask=mn3, other=0.0) + dk_diag)
+        tl.store(DK + orow, dk.to(DK.dtype.element_ty), mask=mn3)
     # DANGLES per angle j: both columns it rotates, j and j + N/2
     g = _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3, rows3,
-                              S, H, G, N, RD, R, CR, BRD, INPUTS)
+                              S, H, G, N, RD, R, CR, BRD, INPUTS, K_DONE)
     j2 = tl.arange(0, BRD)[None, :]
-    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1),
-             mask=j2 < RD)
+    store_dangles(DANG, tl.sum(g, axis=1), b, h, c * C + tc[:, None], j2, S, H, RD, K_DONE)
 
 
 def run_with(x: dict, out: dict, meta, *, pre_launch: dict | None = None, terms: dict | None = None,

@@ -51,7 +51,7 @@ import triton.language as tl
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import (
     angle_grad_pair, chunk_frame, load_biased, store_angle_cs, store_chunk_decay, store_chunk_scalars,
-    store_step_scalars,
+    store_dangles, store_step_scalars,
 )
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
     _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,
@@ -147,12 +147,14 @@ def _store_half(DXR_S, DX, e1, e2, X_S, X, XBIAS, b, h, hq, bhc, tt, t3, r3, j3,
 def _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS,
                  S, H, G, N, RD, C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr,
                  INPUTS: tl.constexpr, GDB_S, DIAG_BLOCKS: tl.constexpr, REG_DANGLES: tl.constexpr,
-                 HEADS_INNER: tl.constexpr):
+                 HEADS_INNER: tl.constexpr, K_DONE: tl.constexpr):
     """The post kernel on half tiles: the diagonal terms of both sides first (stage11's
     _diag_terms on each half), then dx_j = cos d_j + sin d_j', dx_j' = cos d_j' - sin d_j (d: the
     rotated-domain gradient, j' = j + N/2) for dQ and dK; DANGLES from the half tiles in
     registers (REG_DANGLES), or as stage11 forms it, on [C, R, BRD] tiles loaded again.
-    HEADS_INNER: program ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob)."""
+    HEADS_INNER: program ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob).
+    K_DONE: state_terms stored DK and DANGLES' k half (terms_gluon's FIN): dQ alone here, its
+    DANGLES half added to what is there."""
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     CR: tl.constexpr = C * R
     BH: tl.constexpr = BN // 2
@@ -173,15 +175,16 @@ def _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K
         dk2 = tl.load(DKD_S + rows3 + jp3, mask=mj3, other=0.0)
     g = _store_half(DQR_S, DQ, dq1, dq2, QB_S, Q, QBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
                     cs, sn, S, G, N, R, CR, INPUTS, REG_DANGLES)
-    g += _store_half(DKR_S, DK, dk1, dk2, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3, orow,
-                     cs, sn, S, G, N, R, CR, INPUTS, REG_DANGLES)
+    if not K_DONE:
+        g += _store_half(DKR_S, DK, dk1, dk2, KB_S, K, KBIAS, b, h, hq, bhc, tt, t3, r3, j3, jp3, mj3, rows3,
+                         orow, cs, sn, S, G, N, R, CR, INPUTS, REG_DANGLES)
     if REG_DANGLES:
         j2 = tl.arange(0, BH)[None, :]
     else:
         g = _reloaded_angle_grads(ANG, QB_S, KB_S, DQR_S, DKR_S, Q, K, QBIAS, KBIAS, b, h, hq, bhc, tt, t3, r3,
-                                  rows3, S, H, G, N, RD, R, CR, BRD, INPUTS)
+                                  rows3, S, H, G, N, RD, R, CR, BRD, INPUTS, K_DONE)
         j2 = tl.arange(0, BRD)[None, :]
-    tl.store(DANG + ((b * S + c * C + tc[:, None]) * H + h) * RD + j2, tl.sum(g, axis=1), mask=j2 < RD)
+    store_dangles(DANG, tl.sum(g, axis=1), b, h, c * C + tc[:, None], j2, S, H, RD, K_DONE)
 
 
 @triton.jit
@@ -191,12 +194,12 @@ def bwd_bwd_post_halves_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) with dQ / dK on half
     tiles, DANGLES as stage11 forms it."""
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
-                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False, HEADS_INNER)
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False, HEADS_INNER, K_DONE)
 
 
 @triton.jit
@@ -206,12 +209,12 @@ def bwd_bwd_post_halves_regs_kernel(
     Q, K, QBIAS, KBIAS,
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
-    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False,
+    GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles, DANGLES
     from the rotated-domain rows in registers and the pre-rotation halves."""
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
-                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True, HEADS_INNER)
+                 C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True, HEADS_INNER, K_DONE)
 
 
 def pre_kernel(meta):

@@ -56,4 +56,5 @@ STAGE = register_stage(StageSpec(
     entry=run,
     kernels=stage26_widep.STAGE.kernels,
     zero_outputs=False,
+    hopper_only=True,
 ))

@@ -186,7 +186,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
              inputs: bool = False, pre=stage1_pre.launch_pre, post=prod.launch_post,
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
-             state_terms=None, aux=None, qk_inputs: bool = False, rot_inline: bool = False) -> None:
+             state_terms=None, aux=None, qk_inputs: bool = False, rot_inline: bool = False,
+             finish_dk: bool = False, finish_dq: bool = False) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -206,18 +207,28 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     the post kernel loads q / k; PsiV and dPhiO stay in scratch); only with ``diag_blocks``, where
     the aux reads no QB / KB (a stage25 knob); ``rot_inline``: the pre kernel stores cos / sin of
     the angles instead of the rotated rows QR / KR, and ``aux`` and ``state_terms`` (which must
-    be given: the Gluon ones take it) rotate q / k themselves (stage27)."""
+    be given: the Gluon ones take it) rotate q / k themselves (stage27); ``finish_dk`` (with it):
+    state_terms stores DK and DANGLES' k half instead of the DKR rows, the post kernel the rest
+    (K_DONE; stage28); ``finish_dq`` (with ``finish_dk``): the aux stores DQ and DANGLES' q half
+    instead of the DQR rows, state_terms adds the k half, and no post kernel is launched
+    (stage29)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     qk_inputs = qk_inputs and not inputs
     if qk_inputs and not diag_blocks:
         raise ValueError("qk_inputs: only where the post kernel forms the diagonal terms (diag_blocks); "
                          "otherwise the aux reads QB / KB")
+    if finish_dk and not (rot_inline and diag_blocks):
+        raise ValueError("finish_dk: only with rot_inline (state_terms finishes dK from the k rows it rotates) "
+                         "and diag_blocks (and the diagonal term from the aux's weight blocks)")
+    if finish_dq and not finish_dk:
+        raise ValueError("finish_dq: only with finish_dk (then no post kernel runs)")
     if rot_inline and (aux is None or state_terms is None or not aux_increments):
         raise ValueError("rot_inline: only the Gluon aux (forming the increments, so that the state pass "
                          "reads no QR) and the Gluon state_terms rotate q / k themselves")
     skip = ((INPUT_OPERANDS if inputs else QK_OPERANDS if qk_inputs else ())
-            + (DIAG_ROWS if diag_blocks else ()) + (ROTATED_ROWS if rot_inline else ()))
+            + (DIAG_ROWS if diag_blocks else ()) + (ROTATED_ROWS if rot_inline else ())
+            + (("DKR",) if finish_dk else ()) + (("DQR",) if finish_dq else ()))
     names = (PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
              + (ANGLE_CS if rot_inline else ()))
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
@@ -226,12 +237,16 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     pre(x, s, meta, inputs=inputs, **(dict(qk_inputs=True) if qk_inputs else {}), **rot)
     (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
                         diag_blocks=diag_blocks, late_sums=late_sums, increments=aux_increments,
-                        lkq_block=lkq_block, **rot)
+                        lkq_block=lkq_block, **rot, **(dict(finish_dq=True) if finish_dq else {}))
     (state_pass or stage6_statepass.launch_state_pass)(x, s, meta, inputs=inputs)
     (state_terms or stage6_statepass.launch_state_terms)(x, s, out, meta, **(terms or {}), inputs=inputs,
-                                                        late_sums=late_sums, **rot)
+                                                        late_sums=late_sums, **rot,
+                                                        **(dict(finish_dk=True) if finish_dk else {}),
+                                                        **(dict(dangles_started=True) if finish_dq else {}))
     stage6_statepass.launch_chunk_sum(x, s, out, meta)
-    post(x, s, out, meta, inputs=inputs or qk_inputs, **(dict(diag_blocks=True) if diag_blocks else {}))
+    if not finish_dq:
+        post(x, s, out, meta, inputs=inputs or qk_inputs, **(dict(diag_blocks=True) if diag_blocks else {}),
+             **(dict(k_done=True) if finish_dk else {}))
 
 
 def run(x: dict, out: dict, meta) -> None:

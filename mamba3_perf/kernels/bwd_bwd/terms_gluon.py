@@ -20,8 +20,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, chunk_coords, cta_barrier, dot3, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
-    row_blocks, tf32_split, tma_load,
+    WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
+    rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -54,10 +54,10 @@ def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s
 def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
     V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
-    KBIAS, COS_S, SIN_S,
+    KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS,
     S, H, G, RD,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    ROT: gl.constexpr, num_warps: gl.constexpr,
+    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -65,7 +65,11 @@ def bwd_bwd_state_terms_gluon_kernel(
     rows past them are zero (PsiV, ks) or another chunk's (k, dK: the TMA boxes run on), and
     nothing of theirs is stored. ROT: ``kr_desc`` is of the 16-bit k input
     (gluon_common.input_rows) and each block is rotated here (gluon_common.rotated_rows) from it,
-    its rotary partners, the bias and the pre kernel's cos / sin, instead of loaded from KR."""
+    its rotary partners, the bias and the pre kernel's cos / sin, instead of loaded from KR.
+    FIN (with ROT): the walk takes each first-half block and then its rotary partners, and
+    instead of storing dK's rotated-domain rows (DKR) for the post kernel, finishes dK and
+    DANGLES' k half itself on each pair (gluon_common.finish_pair; ADD_DANG: added to the q half
+    the aux stored, aux_gluon's FIN)."""
     CR: gl.constexpr = C * R
     MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
     bhc, bh, b, h, c = chunk_coords(S, H, C)
@@ -130,16 +134,20 @@ def bwd_bwd_state_terms_gluon_kernel(
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
     acc_fac = gl.zeros([M, BNB], gl.float32, MK)
     acc_dda = gl.zeros([BNB, P], gl.float32, ROW)
+    if FIN:
+        d1 = gl.zeros([M, BNB], gl.float32, MK)  # the pair's first-half rows, until its partners come
     NSTEPS: gl.constexpr = N // BNB
     for j in range(NSTEPS):
+        n0 = block_col(j, BNB, N, FIN)
+        n1 = block_col(j + 1, BNB, N, FIN)
         slot = j % 2
         if j + 1 < NSTEPS:
             cta_barrier()  # every warp is done reading the slot the next copy fills
             if ROT:
                 _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
                                  st_buf.index(1 - slot), kr_buf.index(1 - slot), krp_buf.index(1 - slot),
-                                 dks_buf.index(1 - slot), row_s, row_k, (j + 1) * BNB, row_x, col0 + (j + 1) * BNB,
-                                 rotary_partner_col(hq, (j + 1) * BNB, N))
+                                 dks_buf.index(1 - slot), row_s, row_k, n1, row_x, col0 + n1,
+                                 rotary_partner_col(hq, n1, N))
             else:
                 _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
                              st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
@@ -153,7 +161,7 @@ def bwd_bwd_state_terms_gluon_kernel(
         dstl_s.store(gl.permute(ds_lo, (1, 0)))
         if ROT:
             kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
-                              b, h, c, j * BNB, S, H, RD, N, C, R, MK)
+                              b, h, c, n0, S, H, RD, N, C, R, MK)
         else:
             kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
@@ -169,8 +177,18 @@ def bwd_bwd_state_terms_gluon_kernel(
         dks_in = dks_buf.index(slot).load(MK)
         dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
         dks = dks_in + dk * erev[:, None]
-        gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (j * BNB + n_k)[None, :], dks * ts[:, None],
-                 mask=(i_k < CR)[:, None])
+        if FIN:
+            if j % 2 == 0:
+                d1 = dks * ts[:, None]
+            else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
+                # pre-rotation rows formed again from the boxes (not held in registers across the products)
+                kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
+                                                   COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, MK)
+                finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, c, bhc,
+                            n0 - N // 2, S, H, G, RD, N, C, R, MK, False, ADD_DANG)
+        else:
+            gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
+                     mask=(i_k < CR)[:, None])
         acc_rev += ks * dk
         acc_fac += kr * dks
     release_ring(bars)
@@ -240,24 +258,34 @@ def supports_rotation(meta) -> bool:
     return (meta.N // 2) % block_rows(meta) == 0
 
 
-def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, **_ignored) -> None:
+def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
+                       dangles_started: bool = False, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
-    sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27)."""
+    sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27); ``finish_dk`` (with it): DK and
+    DANGLES' k half stored here, no DKR (stage28; the post kernel then takes K_DONE);
+    ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29)."""
     bnb = block_rows(meta)
-    if rot_inline and not supports_rotation(meta):
+    if (rot_inline or finish_dk) and not supports_rotation(meta):
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
+    if finish_dk and not rot_inline:
+        raise ValueError("finish_dk: only with rot_inline (the pre-rotation k rows it needs are the ones it rotates)")
     if rot_inline:
         kr, rot = input_rows(x["k"], meta, [WG_ROWS, bnb]), (x["k_bias"], s["COS"], s["SIN"])
     else:
         kr, rot = row_blocks(s["KR"], meta.N, [WG_ROWS, bnb]), (x["k_bias"],) * 3  # unread
+    if finish_dk:
+        fin = (out["DK"], out["DANGLES"], s["GDB"], x["q"], x["q_bias"])
+    else:
+        fin = (out["DV"], out["DANGLES"], x["k_bias"], x["q"], x["q_bias"])  # unread
     bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
         kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
-        *rot,
+        *rot, *fin,
         meta.S, meta.H, meta.G, meta.RD,
-        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, num_warps=warps(meta),
+        N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
+        ADD_DANG=dangles_started, num_warps=warps(meta),
     )

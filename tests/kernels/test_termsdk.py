@@ -1,0 +1,69 @@
+"""stage28_termsdk: state_terms finishes dK (terms_gluon's FIN), the post kernels do dQ alone
+(K_DONE). On the interpreter: every post kernel the rule launches, given DK and DANGLES' k half as
+state_terms' FIN leaves them (that arithmetic replayed in torch from the DKR rows stage26's
+pipeline computes: conftest's finish_replay), ends with the outputs of the post kernel as stage26 runs it. The Gluon
+kernel compiles for sm_90; it runs on Hopper GPUs only (the golden check there:
+tests/kernels/test_gluonaux.py)."""
+import pytest
+import torch
+
+from mamba3_perf.bench import prepare
+from mamba3_perf.kernels import get_case
+from mamba3_perf.kernels.bwd_bwd import prod, stage7_streamaux, stage27_rotinline, stage28_termsdk
+from mamba3_perf.kernels.checking import check_stage
+
+H200_SMEM = 228 * 1024  # shared memory per SM
+
+
+@pytest.mark.parametrize("case_id", [
+    "small-N128_P64_R4_C16",  # stage21's post kernel, stage11's order
+    "small-N128_P64_R1_C64",  # stage21's, DANGLES from registers
+    "small-N64_P64_R4_C16",   # stage11's
+    "small-N128_P64_R8_C8",   # stage11's on whole chunks
+    "regular-1x64x4x2",       # GQA
+])
+def test_post_kernels_finish_what_state_terms_leaves(post_launch, finish_replay, case_id):
+    x, s, want, meta, kw = post_launch(case_id)
+    got = {k: v.clone() for k, v in want.items()}
+    got["DQ"].fill_(float("nan"))
+    got["DK"], got["DANGLES"] = finish_replay(x, s, meta, "k")
+    got["DK"] = got["DK"].to(want["DK"].dtype)
+    prod.launch_post(x, dict(s, DKR=torch.empty(0)), got, meta, **kw, k_done=True)  # no DKR read
+    torch.testing.assert_close(got["DQ"], want["DQ"], rtol=0, atol=0)
+    torch.testing.assert_close(got["DK"], want["DK"], rtol=1e-2, atol=1e-2)  # one 16-bit rounding
+    torch.testing.assert_close(got["DANGLES"], want["DANGLES"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case_id,fin", [("N128_P64_R4_C16", True), ("N64_P128_R4_C16", True),
+                                         ("N32_P64_R4_C16", False), ("N256_P64_R4_C8", False)])
+def test_plan(monkeypatch, case_meta, case_id, fin):
+    small = get_case("small-" + case_id)
+    monkeypatch.setattr(stage27_rotinline.stage24_gluonaux, "is_hopper", lambda device: True)
+    monkeypatch.setattr(stage27_rotinline.stage23_gluonterms, "is_hopper", lambda device: True)
+    meta = case_meta(get_case(case_id).with_(B=1, S=small.S, H=2))
+    x = prepare(small, device="cpu")
+    kw = stage28_termsdk.plan(x, meta)
+    assert kw.get("finish_dk", False) is fin
+    assert {k: v for k, v in kw.items() if k != "finish_dk"} == stage27_rotinline.plan(x, meta)
+
+
+def test_finish_dk_only_with_rot_inline(case_meta):
+    case = get_case("small-N128_P64_R4_C16")
+    with pytest.raises(ValueError, match="finish_dk"):
+        stage7_streamaux.run_with(prepare(case, device="cpu"), {}, case_meta(case), low_precision=True,
+                                  finish_dk=True)
+
+
+def test_off_hopper_it_is_stage26():
+    rows = check_stage("stage28_termsdk", get_case("small-N64_P64_R4_C16"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+@pytest.mark.parametrize("shape,programs", [((128, 64, 4, 16), 2), ((64, 128, 4, 16), 1)])
+def test_state_terms_finishing_dk_compiles_for_sm90(compile_stage, shape, programs):
+    """FIN (stage28's rule under the stand-in Hopper driver) keeps state_terms' shared memory and
+    programs per SM; the post kernel compiles with K_DONE."""
+    ks = compile_stage("stage28_termsdk", *shape, "")
+    k = ks["bwd_bwd_state_terms_gluon_kernel"]
+    assert programs * (k["shared"] + 1024) <= H200_SMEM, k["shared"]
+    assert any(name.startswith("bwd_bwd_post") for name in ks), sorted(ks)
