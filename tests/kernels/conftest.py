@@ -118,3 +118,20 @@ def finish_replay():
         dx = torch.cat([cs * d1 + sn * d2, cs * d2 - sn * d1], -1) + diag
         return dx.permute(0, 2, 3, 1, 4).reshape(B, S * R, H, N), g.permute(0, 2, 1, 3).contiguous()
     return run
+
+
+@pytest.fixture
+def plan_on_hopper(monkeypatch, case_meta):
+    """A stage's plan and its parent's for an official case's N / P / R / C (at the size of its
+    small twin, 16-bit states as benchmarked), as on a Hopper GPU: (plan, parent plan)."""
+    from mamba3_perf.bench import prepare
+    from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms, stage24_gluonaux
+
+    def run(plan, parent_plan, case_id):
+        monkeypatch.setattr(stage24_gluonaux, "is_hopper", lambda device: True)
+        monkeypatch.setattr(stage23_gluonterms, "is_hopper", lambda device: True)
+        small = get_case("small-" + case_id)
+        meta = case_meta(get_case(case_id).with_(B=1, S=small.S, H=2))
+        x = prepare(small, device="cpu")
+        return plan(x, meta), parent_plan(x, meta)
+    return run

@@ -9,7 +9,7 @@ import torch
 
 from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case
-from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage27_rotinline, stage28_termsdk, stage29_auxdq
+from mamba3_perf.kernels.bwd_bwd import stage7_streamaux, stage28_termsdk, stage29_auxdq
 from mamba3_perf.kernels.checking import check_stage
 
 H200_SMEM = 228 * 1024  # shared memory per SM
@@ -28,15 +28,9 @@ def test_both_sides_finished_give_the_post_kernels_outputs(post_launch, finish_r
 
 @pytest.mark.parametrize("case_id,fin", [("N128_P64_R4_C16", True), ("N64_P128_R4_C16", True),
                                          ("N32_P64_R4_C16", False), ("N128_P128_R4_C8", False)])
-def test_plan(monkeypatch, case_meta, case_id, fin):
-    small = get_case("small-" + case_id)
-    monkeypatch.setattr(stage27_rotinline.stage24_gluonaux, "is_hopper", lambda device: True)
-    monkeypatch.setattr(stage27_rotinline.stage23_gluonterms, "is_hopper", lambda device: True)
-    meta = case_meta(get_case(case_id).with_(B=1, S=small.S, H=2))
-    x = prepare(small, device="cpu")
-    kw = stage29_auxdq.plan(x, meta)
-    assert kw.get("finish_dq", False) is fin
-    assert {k: v for k, v in kw.items() if k != "finish_dq"} == stage28_termsdk.plan(x, meta)
+def test_plan(plan_on_hopper, case_id, fin):
+    kw, parent = plan_on_hopper(stage29_auxdq.plan, stage28_termsdk.plan, case_id)
+    assert kw == (dict(parent, finish_dq=True) if fin else parent)
 
 
 def test_finish_dq_only_with_finish_dk(case_meta):

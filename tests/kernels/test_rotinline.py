@@ -10,8 +10,8 @@ import torch
 from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import api, get_case
 from mamba3_perf.kernels.bwd_bwd import (
-    stage1_pre, stage7_streamaux, stage11_steptrig, stage21_halves, stage23_gluonterms, stage24_gluonaux,
-    stage25_subchunk, stage27_rotinline,
+    stage1_pre, stage7_streamaux, stage11_steptrig, stage21_halves, stage25_subchunk, stage26_widep,
+    stage27_rotinline,
 )
 from mamba3_perf.kernels.bwd_bwd.common import PRE_SCRATCH, alloc_scratch
 from mamba3_perf.kernels.checking import check_stage
@@ -107,15 +107,9 @@ def test_gluon_block_rotation_replayed_matches_the_pre_kernels_rows(monkeypatch,
     ("N32_P64_R4_C16", False),  # N / 2 = 16: the aux's 32-column blocks straddle the halves
     ("N256_P64_R4_C8", False), ("N128_P128_R4_C8", False),  # C*R = 32: the Triton aux
 ])
-def test_plan(monkeypatch, case_meta, case_id, rot):
-    small = get_case("small-" + case_id)
-    monkeypatch.setattr(stage24_gluonaux, "is_hopper", lambda device: True)
-    monkeypatch.setattr(stage23_gluonterms, "is_hopper", lambda device: True)
-    meta = case_meta(get_case(case_id).with_(B=1, S=small.S, H=2))
-    x = prepare(small, device="cpu")
-    kw = stage27_rotinline.plan(x, meta)
-    assert kw.get("rot_inline", False) is rot
-    assert {k: v for k, v in kw.items() if k != "rot_inline"} == stage27_rotinline.stage26_widep.plan(x, meta)
+def test_plan(plan_on_hopper, case_id, rot):
+    kw, parent = plan_on_hopper(stage27_rotinline.plan, stage26_widep.plan, case_id)
+    assert kw == (dict(parent, rot_inline=True) if rot else parent)
 
 
 def test_rot_inline_only_with_the_gluon_kernels(monkeypatch, case_meta):

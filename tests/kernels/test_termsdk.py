@@ -36,15 +36,9 @@ def test_post_kernels_finish_what_state_terms_leaves(post_launch, finish_replay,
 
 @pytest.mark.parametrize("case_id,fin", [("N128_P64_R4_C16", True), ("N64_P128_R4_C16", True),
                                          ("N32_P64_R4_C16", False), ("N256_P64_R4_C8", False)])
-def test_plan(monkeypatch, case_meta, case_id, fin):
-    small = get_case("small-" + case_id)
-    monkeypatch.setattr(stage27_rotinline.stage24_gluonaux, "is_hopper", lambda device: True)
-    monkeypatch.setattr(stage27_rotinline.stage23_gluonterms, "is_hopper", lambda device: True)
-    meta = case_meta(get_case(case_id).with_(B=1, S=small.S, H=2))
-    x = prepare(small, device="cpu")
-    kw = stage28_termsdk.plan(x, meta)
-    assert kw.get("finish_dk", False) is fin
-    assert {k: v for k, v in kw.items() if k != "finish_dk"} == stage27_rotinline.plan(x, meta)
+def test_plan(plan_on_hopper, case_id, fin):
+    kw, parent = plan_on_hopper(stage28_termsdk.plan, stage27_rotinline.plan, case_id)
+    assert kw == (dict(parent, finish_dk=True) if fin else parent)
 
 
 def test_finish_dk_only_with_rot_inline(case_meta):
