@@ -112,6 +112,18 @@ def test_plan(plan_on_hopper, case_id, rot):
     assert kw == (dict(parent, rot_inline=True) if rot else parent)
 
 
+def test_q_k_not_aligned_for_tma_keep_stage26(monkeypatch, case_meta):
+    """A contiguous q starting 2 bytes into its buffer: TMA cannot read it, so no rot_inline."""
+    monkeypatch.setattr(stage27_rotinline.stage24_gluonaux, "is_hopper", lambda device: True)
+    monkeypatch.setattr(stage27_rotinline.stage23_gluonterms, "is_hopper", lambda device: True)
+    case = get_case("small-N128_P64_R4_C16")
+    x, meta = prepare(case, device="cpu"), case_meta(get_case("N128_P64_R4_C16").with_(B=1, S=case.S, H=2))
+    assert stage27_rotinline.plan(x, meta).get("rot_inline")
+    q = torch.empty(x["q"].numel() + 1, dtype=x["q"].dtype)[1:].view(x["q"].shape)
+    q.copy_(x["q"])
+    assert not stage27_rotinline.plan(dict(x, q=q), meta).get("rot_inline")
+
+
 def test_rot_inline_only_with_the_gluon_kernels(monkeypatch, case_meta):
     x, meta = _pipeline_inputs("small-N128_P64_R4_C16", monkeypatch)
     with pytest.raises(ValueError, match="rot_inline"):
