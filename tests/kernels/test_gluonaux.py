@@ -96,10 +96,12 @@ def test_gluon_aux_at_p128_matches_golden_on_hopper(stage, case_id, monkeypatch)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("stage", ["stage26_widep", "stage29_auxdq"])
 @pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-C8", "hop-N16-C8-tail"])
-def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(case_id, monkeypatch):
-    """terms_gluon.WG_COLS=8 (state_terms' N walk on 8-column steps) through stage26."""
+def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(stage, case_id, monkeypatch):
+    """terms_gluon.WG_COLS=8 (state_terms' N walk on 8-column steps) through stage26, and through
+    stage29 where state_terms rotates k and finishes dK on 8-column pairs."""
     monkeypatch.setattr(terms_gluon, "WG_COLS", 8)
     case = get_case(case_id)
-    rows = check_stage("stage26_widep", case, device="cuda", inputs=prepare(case, device="cuda"))
+    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
