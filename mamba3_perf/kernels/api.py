@@ -97,7 +97,7 @@ def validate(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs
     for name, t in named.items():
         if t is not None and t.device != q.device:
             raise ShapeError(f"{name}: expected device {q.device} (that of q), received {t.device}")
-    for name in ("dout", "q", "k", "v", "states", "qk_dot", "segsum", "angles"):
+    for name in ("dout", "q", "k", "v", "states", "qk_dot", "segsum", "angles", "da_cs", "da_cs_rev", "dt", "trap"):
         if not named[name].is_contiguous():
             raise ShapeError(f"{name}: expected a contiguous tensor (call .contiguous() first; "
                              f"an implicit copy would hide a copy kernel in profiles)")
@@ -164,7 +164,8 @@ def mamba3_mimo_bwd_bwd(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, d
         raise ShapeError(f"output_dtype: expected float16, bfloat16 or float32, received {output_dtype}")
     S = q.shape[1]
     seq = dict(dout=dout, q=q, k=k, v=v, angles=_f32(angles), qk_dot=qk_dot, dt=_f32(dt),
-               trap=_f32(trap), da_cs=_f32(da_cs), da_cs_rev=_f32(da_cs_rev), segsum=_f32(segsum))
+               trap=trap,  # in its own dtype: the kernels widen it (common.step_scalars)
+               da_cs=_f32(da_cs), da_cs_rev=_f32(da_cs_rev), segsum=_f32(segsum))
     x = tail.pad_inputs(seq, S, chunk_size)
     x.update(states=states, q_bias=_f32(q_bias, True), k_bias=_f32(k_bias, True), mimo_v=_f32(mimo_v, True),
              mimo_o=None if mimo_o is None else _f32(mimo_o, True), d=None if d is None else _f32(d, True))

@@ -29,6 +29,9 @@ def call(x, **over):
     ("trap", lambda t: t.to(torch.int32), r"trap: expected a floating dtype"),
     ("v", lambda t: t.to(torch.float32), r"v: expected the dtype of q"),
     ("q", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2), r"q: expected a contiguous tensor"),
+    # the kernels index the per-step inputs [B,H,S] as contiguous too (before, a strided view was misread)
+    ("dt", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2), r"dt: expected a contiguous tensor"),
+    ("trap", lambda t: t.transpose(0, 2).contiguous().transpose(0, 2), r"trap: expected a contiguous tensor"),
 ])
 def test_bad_argument_named(x, name, bad, match):
     with pytest.raises(ShapeError, match=match):

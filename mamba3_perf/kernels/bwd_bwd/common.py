@@ -256,12 +256,14 @@ def block_to_time(x, C: tl.constexpr, R: tl.constexpr):
 
 @triton.jit
 def step_scalars(DT, TRAP, DACS, DACSREV, bh, tpos, S):
-    """Per-row discretization: gamma, trap_scale, exp(da_cs), exp(da_cs_rev)."""
+    """Per-row discretization: gamma, trap_scale, exp(da_cs), exp(da_cs_rev). TRAP in its own
+    dtype (16-bit as the benchmarks and upstream keep it), widened here: the API converts no copy
+    of it per call."""
     dt = tl.load(DT + bh * S + tpos)
-    tr = tl.load(TRAP + bh * S + tpos)
+    tr = tl.load(TRAP + bh * S + tpos).to(tl.float32)
     nxt = tpos + 1
     dt1 = tl.load(DT + bh * S + nxt, mask=nxt < S, other=0.0)
-    tr1 = tl.load(TRAP + bh * S + nxt, mask=nxt < S, other=0.0)
+    tr1 = tl.load(TRAP + bh * S + nxt, mask=nxt < S, other=0.0).to(tl.float32)
     gamma = dt * tl.sigmoid(tr)
     ts = gamma + dt1 * tl.sigmoid(-tr1)
     ecs = tl.exp(tl.load(DACS + bh * S + tpos))
