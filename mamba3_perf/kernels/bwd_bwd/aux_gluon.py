@@ -117,7 +117,6 @@ def bwd_bwd_aux_gluon_kernel(
         col0 = (hq * N).to(gl.int32)
     else:  # rows of the [B, H, nc, C*R, N] scratch
         row_k = (bhc * CR).to(gl.int32)
-        col0 = 0
 
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -370,19 +369,18 @@ def bwd_bwd_aux_gluon_kernel(
         inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < CR)[:, None])
+        dqf = dqr + dq_raw * ecs_b[:, None]  # dQ's rotated-domain rows of the block
         if FIN:
-            d2 = dqr + dq_raw * ecs_b[:, None]
             if j % 2 == 0:
-                d1 = d2
+                d1 = dqf
             else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
                 # pre-rotation rows formed again from the boxes (not held in registers across the products)
                 qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
                                                    QBIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, MB)
-                finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, d2, qxp, qx, qcs, qsn, b, h, hq, c, bhc, n0 - N // 2,
+                finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, dqf, qxp, qx, qcs, qsn, b, h, hq, c, bhc, n0 - N // 2,
                             S, H, G, RD, N, C, R, MB, True, False)
         else:
-            gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqr + dq_raw * ecs_b[:, None],
-                     mask=(i_b < CR)[:, None])
+            gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < CR)[:, None])
         acc_cs += qr_b * dq_raw
     release_ring(bar2)
     ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)

@@ -489,12 +489,18 @@ def store_rows(X, val, bhc, i, cols, ncols, CR: tl.constexpr):
 
 
 @triton.jit
+def angle_index(b, h, tt, j, S, H, RD):
+    """Offsets and mask of steps ``tt`` and angles ``j`` (index tensors that broadcast) in a
+    [B, S, H, RD] tensor laid out as the angles: where j < RD."""
+    return ((b * S + tt) * H + h) * RD + j, (j < RD) & (tt < S)
+
+
+@triton.jit
 def store_dangles(DANG, g, b, h, tt, j, S, H, RD, ADD: tl.constexpr):
-    """DANGLES [B, S, H, RD] at steps ``tt`` and angles ``j`` (index tensors broadcasting to
-    g's shape), where j < RD; ADD: added to what is there (the post kernels' K_DONE: state_terms
-    stored the k half)."""
-    ptr = DANG + ((b * S + tt) * H + h) * RD + j
-    m = (j < RD) & (tt < S)
+    """DANGLES [B, S, H, RD] at steps ``tt`` and angles ``j`` (:func:`angle_index`); ADD: added
+    to what is there (the post kernels' K_DONE: state_terms stored the k half)."""
+    off, m = angle_index(b, h, tt, j, S, H, RD)
+    ptr = DANG + off
     if ADD:
         g += tl.load(ptr, mask=m, other=0.0)
     tl.store(ptr, g, mask=m)
@@ -505,8 +511,7 @@ def store_angle_cs(COS_S, SIN_S, cs, sn, b, h, tt, j, S, H, RD):
     """cos / sin tiles of the angles (steps ``tt`` [C, 1, 1], angle columns ``j`` [1, 1, J]) to
     [B, S, H, RD] buffers laid out as the angles, where j < RD (the pre kernels' ROT_CS: the Gluon
     aux and state_terms rotate q / k themselves from them, gluon_common.rotated_rows)."""
-    off = ((b * S + tt) * H + h) * RD + j
-    m = (j < RD) & (tt < S)
+    off, m = angle_index(b, h, tt, j, S, H, RD)
     tl.store(COS_S + off, cs, mask=m)
     tl.store(SIN_S + off, sn, mask=m)
 
