@@ -6,8 +6,9 @@ Steps (:func:`profile_run`):
    available and wanted);
 2. a trace of :data:`TRACE_ITERS` calls of every variant that has a time, with the backend's own
    profiler: CUDA ``torch.profiler`` (Kineto JSON), NPU ``torch_npu.profiler`` (PipeUtilization,
-   Level1), CPU none (the interpreter has no device profiler: one host-timed ``interpreter``
-   event per stage). Raw traces are kept under ``<run>/traces/``;
+   Level1), CPU none (the interpreter has no device profiler: each kernel launch is timed on
+   the host, where the interpreter runs it synchronously, plus one ``host`` event for the
+   call's time outside kernels). Raw traces are kept under ``<run>/traces/``;
 3. optionally (``hw_metrics``, CUDA, ``ncu`` on PATH) Nsight Compute metrics per variant, from a
    separate process (:mod:`mamba3_perf.profile_target`), merged into the events by kernel name
    (duration-weighted); any failure there is a warning in run.json, never a crash;
@@ -29,6 +30,8 @@ into a refusal (tests/test_bench.py checks it).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import shutil
 import subprocess
@@ -81,7 +84,7 @@ def check_interpreter_budget(case: Case, n_stages: int, *, force: bool = False) 
 
 
 def _kernel_label(variant: str) -> tuple[str, str]:
-    """(kernel_name, stage_tag) for a host-timed stage: its one kernel, else 'other'."""
+    """(kernel_name, stage_tag) for a stage timed whole on the host: its one kernel, else 'other'."""
     from mamba3_perf.kernels.checking import split_variant
     from mamba3_perf.kernels.registry import get_stage
 
@@ -91,17 +94,66 @@ def _kernel_label(variant: str) -> tuple[str, str]:
     return f"{variant} (whole stage, host-timed)", "other"
 
 
+@contextlib.contextmanager
+def interpreted_launches():
+    """Record every Triton-interpreter kernel launch made inside the block as (name, t0, t1)
+    (``time.perf_counter``). The interpreter runs a launch synchronously in
+    ``InterpretedFunction.run``, so its wall time is the kernel's. Yields None where this
+    Triton has no such method (the caller then times the stage whole)."""
+    from triton.runtime import interpreter
+
+    cls = getattr(interpreter, "InterpretedFunction", None)
+    run = getattr(cls, "run", None)
+    if run is None:
+        yield None
+        return
+    launches: list[tuple[str, float, float]] = []
+
+    @functools.wraps(run)
+    def timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            if not kwargs.get("warmup"):
+                launches.append((self.fn.__name__, t0, time.perf_counter()))
+
+    cls.run = timed
+    try:
+        yield launches
+    finally:
+        cls.run = run
+
+
 def _trace_interpreter(fn, variant: str, case: Case, origin: float) -> pd.DataFrame:
-    name, tag = _kernel_label(variant)
+    """Events of one interpreter call of ``variant``: one row per kernel launch, tagged from the
+    stage registry by kernel name, plus one ``host`` row (stream "host") for the call's time
+    outside kernels (allocation, padding, torch ops); where launches cannot be recorded, one
+    host-timed row for the whole stage."""
+    from mamba3_perf.kernels.registry import Tag, kernel_tags
+    from mamba3_perf.traces.attribution import classify
+
+    base = {"source": "interpreter", "device": "cpu", "variant": variant, "case_id": case.id,
+            "start_kind": "clock"}
+    tags = kernel_tags()
     rows = []
     for _ in range(TRACE_ITERS["cpu"]):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        rows.append({"source": "interpreter", "device": "cpu", "kernel_name": name,
-                     "stage_tag": tag, "variant": variant, "case_id": case.id,
-                     "start_us": (t0 - origin) * 1e6, "start_kind": "clock",
-                     "dur_us": (t1 - t0) * 1e6})
+        with interpreted_launches() as launches:
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+        if not launches:
+            name, tag = _kernel_label(variant)
+            rows.append({**base, "kernel_name": name, "stage_tag": tag,
+                         "start_us": (t0 - origin) * 1e6, "dur_us": (t1 - t0) * 1e6})
+            continue
+        for name, a, b in launches:
+            rows.append({**base, "kernel_name": name, "stage_tag": classify(name, tags)[0],
+                         "start_us": (a - origin) * 1e6, "dur_us": (b - a) * 1e6})
+        inside = sum(b - a for _, a, b in launches)
+        rows.append({**base, "kernel_name": "host (outside kernels)", "stage_tag": Tag.HOST.value,
+                     "stream": "host", "start_us": (t0 - origin) * 1e6,
+                     "dur_us": max(t1 - t0 - inside, 0.0) * 1e6})
     return pd.DataFrame(rows)
 
 

@@ -114,7 +114,7 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
                      f"{top['cycles_per_issue']:.2f} cycles between two issues of a warp)")
         who = f"`{_cell(variant)}`: " if variant is not None else ""
         share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
-        parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of device "
+        parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of the traced "
                      f"time ({_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}."
                      + _traffic_floor(bd, device))
     return head + "\n".join(parts)

@@ -33,7 +33,7 @@ class Column:
 
 KERNEL_EVENTS: tuple[Column, ...] = (
     # identity
-    Column("source", "string", "", True, "parser that produced the row: kernel_details, op_summary, trace_view, msprof_json, kineto, ncu, proton, ablation, interpreter (host-timed stage on the CPU Triton interpreter, perf profile)"),
+    Column("source", "string", "", True, "parser that produced the row: kernel_details, op_summary, trace_view, msprof_json, kineto, ncu, proton, ablation, interpreter (perf profile on the CPU Triton interpreter: each launch timed on the host, plus a host row for the time outside kernels)"),
     Column("device", "string", "", True, "device id or name as the source gives it (e.g. '0', 'npu:0', 'NVIDIA H200')"),
     Column("stream", "string", "", False, "stream id as the source gives it"),
     Column("kernel_name", "string", "", True, "kernel (Triton jit function / op) name as the profiler shows it"),
