@@ -13,7 +13,8 @@ from mamba3_perf.analysis.limits import DeviceSpec, device_for
 
 
 def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFrame | None = None):
-    """(ladder table with limit columns, its summary, case_id -> Case, device spec) of a run.
+    """(ladder table with limit columns, its summary, case_id -> Case, device spec) of a run
+    (the fractions of the limits left empty where the run's times are interpreter times).
 
     ``baseline`` is a recorded TileLang baseline (default: the packaged H200 record); it gives
     the TileLang time where the run has no live ``tilelang`` row.
@@ -27,6 +28,8 @@ def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFr
     spec = device_for(meta.get("device"))
     base = baseline if baseline is not None else load_gpu_baseline()
     table = with_limits(ladder_table(timings, cases=cases, baseline=base), cases, spec)
+    if meta.get("timing_kind") == "interpreter":  # a CPU interpreter's time is no fraction of a device's limit
+        table[[c for c in table.columns if c.startswith("frac_")]] = float("nan")
     return table, summarize_ladder(table), cases, spec
 
 

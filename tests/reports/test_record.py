@@ -1,0 +1,34 @@
+"""reports.record.ladder_with_limits and the console's µs cells."""
+import math
+
+import pandas as pd
+
+from mamba3_perf import bench
+from mamba3_perf.kernels.cases import get_case
+from mamba3_perf.reports.console import run_summary
+from mamba3_perf.reports.record import ladder_with_limits
+
+
+def _table(timing_kind: str, us: float):
+    case = get_case("N16_P64_R4_C8")
+    meta = {"device": "NVIDIA H200" if timing_kind == "device" else "cpu", "timing_kind": timing_kind,
+            "cases": [case.to_dict()]}
+    rows = [bench._timing_row("stage0", case.id, "ok", "", timing_kind,
+                              {"median_us": us, "p10_us": us, "p90_us": us * 1.01, "n_reps": 3})]
+    return ladder_with_limits(pd.DataFrame(rows), meta)[0]
+
+
+def test_fractions_of_the_limits_only_for_device_times():
+    dev = _table("device", 400.0)
+    assert 0 < dev["frac_hbm_roofline"].iloc[0] < 1 and 0 < dev["frac_serial_bound"].iloc[0] < 1
+    cpu = _table("interpreter", 250_000.0)
+    assert all(math.isnan(cpu[c].iloc[0]) for c in cpu.columns if c.startswith("frac_"))
+    assert cpu["hbm_roofline_us"].iloc[0] == dev["hbm_roofline_us"].iloc[0]  # the bound itself stays
+
+
+def test_run_summary_writes_large_times_with_separators_not_exponents():
+    text = run_summary(_table("interpreter", 256_213.0), width=200)
+    assert "256,213" in text and "256,213-258,775" in text and "e+" not in text
+    row = next(line for line in text.splitlines() if "stage0" in line)
+    assert "%" not in row  # no fraction of a device limit for an interpreter time
+    assert "400" in run_summary(_table("device", 400.0), width=200)
