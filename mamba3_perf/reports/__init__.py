@@ -8,8 +8,11 @@ that come from traces or tables are data: they are escaped before they reach HTM
 from __future__ import annotations
 
 import html
+import math
 import os
 from pathlib import Path
+
+import pandas as pd
 
 from mamba3_perf.runs import write_text_atomic
 
@@ -24,9 +27,17 @@ def escape(value) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def fmt_us(v) -> str:
+    """Microseconds as a table cell: four significant digits, whole numbers with thousands
+    separators from 10,000 up (interpreter times run to 1e6 µs); "-" where missing."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+
+
 def write_html(fig, path: str | os.PathLike) -> Path:
     """Write a plotly figure as one self-contained HTML file (plotly.js inlined), atomically."""
     return write_text_atomic(path, fig.to_html(include_plotlyjs=True, full_html=True))
 
 
-__all__ = ["STAGE_COLORS", "escape", "write_html"]
+__all__ = ["STAGE_COLORS", "escape", "fmt_us", "write_html"]

@@ -15,6 +15,7 @@ from rich.text import Text
 from mamba3_perf.analysis.breakdown import STALL_COLUMNS, WARP_STATE_COLUMNS, leading_stall
 from mamba3_perf.analysis.ladder import LadderSummary
 from mamba3_perf.analysis.limits import DeviceSpec
+from mamba3_perf.reports import fmt_us
 
 
 def render(table: Table, *, width: int = 160) -> str:
@@ -28,14 +29,6 @@ def _num(v, fmt: str = "{:.4g}", suffix: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
         return "-"
     return fmt.format(v) + suffix
-
-
-def _us(v) -> str:
-    """Microseconds: four significant digits, whole numbers with thousands separators from
-    10,000 (interpreter times run to 1e6 µs)."""
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
 
 
 def _pct(v) -> str:
@@ -71,8 +64,8 @@ def run_summary(table: pd.DataFrame, *, title: str = "Run summary", width: int =
         ratio = _num(r.get("ratio_vs_tilelang"), "{:.3g}", "x")
         if ratio != "-" and src == "recorded":
             ratio += " (rec)"
-        spread = "-" if pd.isna(r.get("p10_us")) else f"{_us(r['p10_us'])}-{_us(r['p90_us'])}"
-        rows.append([r["case_id"], r["variant"], r["status"], _us(r.get("median_us")), spread,
+        spread = "-" if pd.isna(r.get("p10_us")) else f"{fmt_us(r['p10_us'])}-{fmt_us(r['p90_us'])}"
+        rows.append([r["case_id"], r["variant"], r["status"], fmt_us(r.get("median_us")), spread,
                      _num(r.get("speedup_vs_stage0"), "{:.2f}", "x"), ratio,
                      _pct(r.get("frac_hbm_roofline")), _pct(r.get("frac_serial_bound")),
                      "" if r["status"] == "ok" or pd.isna(r.get("reason")) else r["reason"]])
@@ -110,7 +103,7 @@ def breakdown_table(breakdown: pd.DataFrame, *, title: str = "Stage breakdown",
         row = []
         for c in lead + rest:
             v = r[c]
-            row.append(_pct(v) if c == "share" else _us(v) if c == "total_us" else
+            row.append(_pct(v) if c == "share" else fmt_us(v) if c == "total_us" else
                        _num(v) if isinstance(v, float) else
                        ("-" if pd.isna(v) else str(v)))
         rows.append(row)
@@ -137,7 +130,7 @@ def stall_table(stalls: pd.DataFrame, *, title: str = "Warp stalls per kernel",
     for r in stalls.to_dict("records"):
         lead = leading_stall(r)
         rows.append([("-" if pd.isna(r[k]) else str(r[k])) for k in keys]
-                    + [_us(r["total_us"]), _num(r["cycles_per_issue"], "{:.2f}")]
+                    + [fmt_us(r["total_us"]), _num(r["cycles_per_issue"], "{:.2f}")]
                     + [_num(r[c], "{:.2f}") for c in reasons]
                     + ["-" if lead is None else f"{_STALL_SHORT.get(lead[0], lead[0])} {_pct(lead[2])}"])
     return render(_table(title, keys + ["total_us", "cyc/issue"] + short + ["leading"], rows), width=width)
@@ -154,7 +147,7 @@ def traffic_table(traffic: pd.DataFrame, *, device: DeviceSpec, title: str = "DR
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in traffic.columns]
 
     def cells(r):
-        return [_us(r["total_us"]), _num(r["dram_bytes"] / 1e9, "{:.3f}"), _us(r["floor_us"]),
+        return [fmt_us(r["total_us"]), _num(r["dram_bytes"] / 1e9, "{:.3f}"), fmt_us(r["floor_us"]),
                 _num(r["vs_floor"], "{:.2f}", "x")]
 
     rows = [[("-" if pd.isna(r[k]) else str(r[k])) for k in keys] + cells(r) for r in traffic.to_dict("records")]
@@ -187,7 +180,7 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
         return short_kernel_name(v) if k == "kernel_name" else v
 
     rows = [[key_cell(r, k) for k in keys]
-            + [_us(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),
+            + [fmt_us(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),
                _num(r["smem_bytes"] / 1024, "{:.1f}"), _num(r["threads"], "{:.0f}"),
                _num(r["blocks_per_sm"], "{:.0f}"), "-" if pd.isna(r["limiter"]) else str(r["limiter"]),
                _num(r["theoretical_pct"], "{:.1f}", "%"), _num(r["warps_active_pct"], "{:.1f}", "%"),
@@ -205,7 +198,7 @@ def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
     """:func:`~mamba3_perf.analysis.compare.compare_runs` output as a table."""
     cols = ["case", "variant", "status a", "status b", "median a µs", "median b µs", "delta",
             "spread a", "spread b", "verdict"]
-    rows = [[r["case_id"], r["variant"], r["status_a"], r["status_b"], _us(r["median_a_us"]),
-             _us(r["median_b_us"]), _num(r["delta_pct"], "{:+.1f}", "%"), _us(r["spread_a_us"]),
-             _us(r["spread_b_us"]), r["verdict"]] for r in cmp.to_dict("records")]
+    rows = [[r["case_id"], r["variant"], r["status_a"], r["status_b"], fmt_us(r["median_a_us"]),
+             fmt_us(r["median_b_us"]), _num(r["delta_pct"], "{:+.1f}", "%"), fmt_us(r["spread_a_us"]),
+             fmt_us(r["spread_b_us"]), r["verdict"]] for r in cmp.to_dict("records")]
     return render(_table(title, cols, rows), width=width)

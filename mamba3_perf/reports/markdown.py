@@ -16,6 +16,7 @@ import pandas as pd
 from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, dram_floor_us, leading_stall
 from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
 from mamba3_perf.analysis.limits import DeviceSpec, device_for
+from mamba3_perf.reports import fmt_us
 
 INTERPRETER_WARNING = ("**Timings below are Triton-interpreter timings (CPU), not device timings:"
                        " speedups, ratios and fractions of limits do not describe the GPU or NPU.**")
@@ -30,10 +31,6 @@ def _cell(v) -> str:
 
 def _x(v, fmt="{:.2f}x") -> str:
     return "-" if v is None or pd.isna(v) else fmt.format(v)
-
-
-def _us(v) -> str:
-    return "-" if v is None or pd.isna(v) else f"{v:.4g}"
 
 
 def _md_table(header: list[str], rows: list[list]) -> str:
@@ -88,10 +85,10 @@ def _traffic_floor(bd: pd.DataFrame, device: DeviceSpec) -> str:
     have = bd[bd["dram_bytes"].notna()]
     moved, time_us = float(have["dram_bytes"].sum()), float(have["total_us"].sum())
     floor_us = dram_floor_us(moved, device.hbm_bytes_per_s)
-    return (f" Its kernels with DRAM counts move {moved / 1e9:.3g} GB (ncu): {_us(floor_us)} µs at "
+    return (f" Its kernels with DRAM counts move {moved / 1e9:.3g} GB (ncu): {fmt_us(floor_us)} µs at "
             f"{_cell(device.name)}'s {device.hbm_bytes_per_s / 1e12:.2g} TB/s, the least time this kernel "
             f"design takes however each kernel is tuned; they take {_x(time_us / floor_us)} that "
-            f"({_us(time_us)} µs).")
+            f"({fmt_us(time_us)} µs).")
 
 
 def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: DeviceSpec) -> str:
@@ -115,7 +112,7 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
         who = f"`{_cell(variant)}`: " if variant is not None else ""
         share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
         parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of the traced "
-                     f"time ({_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}."
+                     f"time ({fmt_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}."
                      + _traffic_floor(bd, device))
     return head + "\n".join(parts)
 
@@ -145,7 +142,7 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
         k = r["kernel_name"]
         lead = leading_stall(stalls.loc[k]) if k in stalls.index else None
         floor = traffic["vs_floor"].get(k)
-        rows.append([short_kernel_name(k), _us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
+        rows.append([short_kernel_name(k), fmt_us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
                      *(_pct_cell(means.at[k, c] if c in pipes and k in means.index else None)
@@ -194,7 +191,7 @@ def _not_runnable(table: pd.DataFrame) -> str:
     return "## Not runnable or wrong\n\n" + _md_table(["variant", "case", "status", "reason"], rows)
 
 
-def _gaps(table: pd.DataFrame, best: str | None) -> str:
+def _gaps(table: pd.DataFrame, best: str | None, *, device_times: bool = True) -> str:
     head = "## Gap to GPU TileLang and to the limits\n\n"
     if best is None:
         return head + "No ladder step ran ok."
@@ -203,12 +200,13 @@ def _gaps(table: pd.DataFrame, best: str | None) -> str:
     rows = []
     for r in sub.to_dict("records"):
         src = r.get("tilelang_source")
-        rows.append([r["case_id"], _us(r["median_us"]), _us(r.get("tilelang_us")),
+        rows.append([r["case_id"], fmt_us(r["median_us"]), fmt_us(r.get("tilelang_us")),
                      "-" if pd.isna(src) else src, _x(r.get("ratio_vs_tilelang"), "{:.3g}x"),
-                     _us(r.get("hbm_roofline_us")) if has_lim else "-",
-                     _us(r.get("serial_bound_us")) if has_lim else "-",
+                     fmt_us(r.get("hbm_roofline_us")) if has_lim else "-",
+                     fmt_us(r.get("serial_bound_us")) if has_lim else "-",
                      r.get("bound_by") if has_lim else "-",
-                     _x(r["median_us"] / r["lower_bound_us"]) if has_lim and r.get("lower_bound_us") else "-"])
+                     _x(r["median_us"] / r["lower_bound_us"])
+                     if device_times and has_lim and r.get("lower_bound_us") else "-"])
     return (head + f"Step `{_cell(best)}`; times in µs; last column is time / max(lower bounds).\n\n"
             + _md_table(["case", "time", "TileLang", "source", "vs TileLang", "HBM roofline",
                          "serial bound", "bound by", "vs bound"], rows))
@@ -234,7 +232,8 @@ def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary,
     per_kernel = _per_kernel(kernels, best, device_for(meta.get("device")))
     if per_kernel:
         blocks.append(per_kernel)
-    blocks += [_step_gains(summary), _per_shape(table), _not_runnable(table), _gaps(table, best)]
+    blocks += [_step_gains(summary), _per_shape(table), _not_runnable(table),
+               _gaps(table, best, device_times=meta.get("timing_kind") != "interpreter")]
     if summary.stage0_not_runnable:
         blocks.append("Cases left out of the means because stage0 cannot run them: "
                       + ", ".join(f"{_cell(c)} ({_cell(w)})" for c, w in summary.stage0_not_runnable)

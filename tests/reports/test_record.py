@@ -32,3 +32,18 @@ def test_run_summary_writes_large_times_with_separators_not_exponents():
     row = next(line for line in text.splitlines() if "stage0" in line)
     assert "%" not in row  # no fraction of a device limit for an interpreter time
     assert "400" in run_summary(_table("device", 400.0), width=200)
+
+
+def test_the_record_compares_only_device_times_with_the_bounds():
+    from mamba3_perf.analysis.ladder import summarize_ladder
+    from mamba3_perf.reports.markdown import optimization_record
+
+    def gap_row(timing_kind, us):
+        t = _table(timing_kind, us)
+        md = optimization_record({"timing_kind": timing_kind}, t, summarize_ladder(t))
+        gaps = md[md.index("## Gap to GPU TileLang"):]
+        return next(line for line in gaps.splitlines() if line.startswith("| N16_P64_R4_C8"))
+
+    assert gap_row("interpreter", 250_000.0).split("|")[1:3] == [" N16_P64_R4_C8 ", " 250,000 "]
+    assert gap_row("interpreter", 250_000.0).rstrip(" |").endswith("-")
+    assert gap_row("device", 400.0).rstrip(" |").endswith("x")
