@@ -80,8 +80,17 @@ def test_unknown_schema_version_warns(tmp_path):
 def test_bad_kineto_raises(tmp_path, text, message):
     f = tmp_path / "trace.json"
     f.write_text(text)
-    with pytest.raises(ParseError, match=message):
+    with pytest.raises(ParseError, match=message) as err:
         parse_kineto(f)
+    assert "\n" not in str(err.value)  # one line, without the parser's caret diagram
+
+
+def test_a_trace_cut_before_its_first_event_says_so_on_one_line(tmp_path):
+    f = tmp_path / "trace.json"
+    f.write_text('{"schemaVersion": 1, "traceEvents": [')
+    with pytest.raises(ParseError, match=r"not a readable JSON trace \(\w+: .*premature EOF\)$") as err:
+        parse_kineto(f)
+    assert "\n" not in str(err.value)
 
 
 def test_truncated_gzip_keeps_events_before_the_break(tmp_path):
