@@ -88,7 +88,7 @@ def test_bad_kineto_raises(tmp_path, text, message):
 def test_a_trace_cut_before_its_first_event_says_so_on_one_line(tmp_path):
     f = tmp_path / "trace.json"
     f.write_text('{"schemaVersion": 1, "traceEvents": [')
-    with pytest.raises(ParseError, match=r"not a readable JSON trace \(\w+: .*premature EOF\)$") as err:
+    with pytest.raises(ParseError, match=r"not a readable JSON trace \(\w+: [^\n]+\)$") as err:
         parse_kineto(f)
     assert "\n" not in str(err.value)
 
