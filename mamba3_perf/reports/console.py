@@ -31,6 +31,11 @@ def _num(v, fmt: str = "{:.4g}", suffix: str = "") -> str:
     return fmt.format(v) + suffix
 
 
+def _text(v) -> str:
+    """A text cell: "-" where missing (a variant only one of two runs has)."""
+    return "-" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
 def _pct(v) -> str:
     return _num(v if v is None or pd.isna(v) else 100.0 * v, "{:.1f}", "%")
 
@@ -198,7 +203,7 @@ def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
     """:func:`~mamba3_perf.analysis.compare.compare_runs` output as a table."""
     cols = ["case", "variant", "status a", "status b", "median a µs", "median b µs", "delta",
             "spread a", "spread b", "verdict"]
-    rows = [[r["case_id"], r["variant"], r["status_a"], r["status_b"], fmt_us(r["median_a_us"]),
+    rows = [[r["case_id"], r["variant"], _text(r["status_a"]), _text(r["status_b"]), fmt_us(r["median_a_us"]),
              fmt_us(r["median_b_us"]), _num(r["delta_pct"], "{:+.1f}", "%"), fmt_us(r["spread_a_us"]),
              fmt_us(r["spread_b_us"]), r["verdict"]] for r in cmp.to_dict("records")]
     return render(_table(title, cols, rows), width=width)

@@ -47,3 +47,17 @@ def test_the_record_compares_only_device_times_with_the_bounds():
     assert gap_row("interpreter", 250_000.0).split("|")[1:3] == [" N16_P64_R4_C8 ", " 250,000 "]
     assert gap_row("interpreter", 250_000.0).rstrip(" |").endswith("-")
     assert gap_row("device", 400.0).rstrip(" |").endswith("x")
+
+
+def test_a_variant_only_one_run_has_shows_dashes_not_nan():
+    from mamba3_perf.analysis.compare import compare_runs
+    from mamba3_perf.reports.console import compare_table
+
+    def timings(variants):
+        return pd.DataFrame([bench._timing_row(v, "pw-1", "ok", "", "device",
+                                               {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "n_reps": 3})
+                             for v in variants])
+
+    text = compare_table(compare_runs(timings(["stage0", "prod"]), timings(["stage0"])), width=200)
+    row = next(line for line in text.splitlines() if "prod" in line)
+    assert "only in a" in row and "nan" not in row.lower() and row.count(" - ") >= 4
