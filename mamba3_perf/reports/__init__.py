@@ -8,7 +8,6 @@ that come from traces or tables are data: they are escaped before they reach HTM
 from __future__ import annotations
 
 import html
-import math
 import os
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def escape(value) -> str:
 def fmt_us(v) -> str:
     """Microseconds as a table cell: four significant digits, whole numbers with thousands
     separators from 10,000 up (interpreter times run to 1e6 µs); "-" where missing."""
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+    if v is None or pd.isna(v):
         return "-"
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
 
