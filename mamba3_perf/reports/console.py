@@ -32,8 +32,8 @@ def _num(v, fmt: str = "{:.4g}", suffix: str = "") -> str:
 
 
 def _text(v) -> str:
-    """A text cell: "-" where missing (a variant only one of two runs has)."""
-    return "-" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+    """A text cell: "-" where missing."""
+    return "-" if pd.isna(v) else str(v)
 
 
 def _pct(v) -> str:
@@ -110,7 +110,7 @@ def breakdown_table(breakdown: pd.DataFrame, *, title: str = "Stage breakdown",
             v = r[c]
             row.append(_pct(v) if c == "share" else fmt_us(v) if c == "total_us" else
                        _num(v) if isinstance(v, float) else
-                       ("-" if pd.isna(v) else str(v)))
+                       _text(v))
         rows.append(row)
     return render(_table(title, lead + rest, rows), width=width)
 
@@ -134,7 +134,7 @@ def stall_table(stalls: pd.DataFrame, *, title: str = "Warp stalls per kernel",
     rows = []
     for r in stalls.to_dict("records"):
         lead = leading_stall(r)
-        rows.append([("-" if pd.isna(r[k]) else str(r[k])) for k in keys]
+        rows.append([_text(r[k]) for k in keys]
                     + [fmt_us(r["total_us"]), _num(r["cycles_per_issue"], "{:.2f}")]
                     + [_num(r[c], "{:.2f}") for c in reasons]
                     + ["-" if lead is None else f"{_STALL_SHORT.get(lead[0], lead[0])} {_pct(lead[2])}"])
@@ -155,7 +155,7 @@ def traffic_table(traffic: pd.DataFrame, *, device: DeviceSpec, title: str = "DR
         return [fmt_us(r["total_us"]), _num(r["dram_bytes"] / 1e9, "{:.3f}"), fmt_us(r["floor_us"]),
                 _num(r["vs_floor"], "{:.2f}", "x")]
 
-    rows = [[("-" if pd.isna(r[k]) else str(r[k])) for k in keys] + cells(r) for r in traffic.to_dict("records")]
+    rows = [[_text(r[k]) for k in keys] + cells(r) for r in traffic.to_dict("records")]
     total, floor = traffic["total_us"].sum(), traffic["floor_us"].sum()
     rows.append(["all kernels"] + [""] * (len(keys) - 1)
                 + cells({"total_us": total, "dram_bytes": traffic["dram_bytes"].sum(), "floor_us": floor,
@@ -181,13 +181,13 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in occ.columns]
 
     def key_cell(r, k):
-        v = "-" if pd.isna(r[k]) else str(r[k])
+        v = _text(r[k])
         return short_kernel_name(v) if k == "kernel_name" else v
 
     rows = [[key_cell(r, k) for k in keys]
             + [fmt_us(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),
                _num(r["smem_bytes"] / 1024, "{:.1f}"), _num(r["threads"], "{:.0f}"),
-               _num(r["blocks_per_sm"], "{:.0f}"), "-" if pd.isna(r["limiter"]) else str(r["limiter"]),
+               _num(r["blocks_per_sm"], "{:.0f}"), _text(r["limiter"]),
                _num(r["theoretical_pct"], "{:.1f}", "%"), _num(r["warps_active_pct"], "{:.1f}", "%"),
                _num(r["waves"], "{:.2f}")]
             for r in occ.to_dict("records")]
