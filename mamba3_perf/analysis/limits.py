@@ -12,7 +12,7 @@ All three are lower bounds; ``lower_bound_us`` is their maximum and ``bound_by``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -82,6 +82,17 @@ H200 = DeviceSpec(
     source="anchor tilelang-h200.json (copy bandwidth); device notes (bf16 mma); CUDA guide cc 9.0",
 )
 
+# H100 (SXM5, 80 GB HBM3): the same GH100 SM array as the H200 at the same clocks (132 SMs,
+# 1980 MHz, the residency rules above), so the same matrix rates; what differs is the memory:
+# 5120-bit HBM3 at 2619 MHz, 3.35 TB/s (spec sheet; nvidia-smi's memory clock in
+# records/h100-auxdq-vs-tilelang-d57951a.nvidia-smi.csv). No copy bandwidth was measured on it;
+# the ncu pages of records/profile-N128_P64_R4_C16-auxdq-h100-d57951a/ imply a peak of 3.3 TB/s
+# (a kernel's DRAM bytes / its time / its dram throughput %), so the spec figure stands.
+H100 = replace(
+    H200, name="NVIDIA H100", hbm_bytes_per_s=3.35e12,
+    source="H100 SXM5 80GB spec (HBM3 3.35 TB/s); matrix rates and residency as the H200 (same GH100 SMs)",
+)
+
 # Ascend 910B (Atlas A2 training series, 910B2 figures). Published, not measured here:
 # - 24 AI (cube) cores with 2 vector cores each (separated "AIC/AIV" architecture);
 #   HBM2e 64 GB at 1.6 TB/s; ~376 TFLOP/s fp16/bf16 cube peak: Huawei Atlas 800T A2 /
@@ -99,7 +110,7 @@ ASCEND_910B = DeviceSpec(
     source="Atlas A2 / 910B2 published tables; CANN Ascend C hardware constraints; Catlass docs",
 )
 
-DEVICES: tuple[DeviceSpec, ...] = (H200, ASCEND_910B)
+DEVICES: tuple[DeviceSpec, ...] = (H200, H100, ASCEND_910B)
 
 
 def device_for(name: str | None, default: DeviceSpec = H200) -> DeviceSpec:
@@ -107,6 +118,8 @@ def device_for(name: str | None, default: DeviceSpec = H200) -> DeviceSpec:
     n = (name or "").lower()
     if "h200" in n:
         return H200
+    if "h100" in n:
+        return H100
     if "910" in n or "ascend" in n or n.startswith("npu"):
         return ASCEND_910B
     return default

@@ -17,20 +17,34 @@ def ladder_with_limits(timings: pd.DataFrame, meta: dict, *, baseline: pd.DataFr
     (the fractions of the limits left empty where the run's times are interpreter times).
 
     ``baseline`` is a recorded TileLang baseline (default: the packaged H200 record); it gives
-    the TileLang time where the run has no live ``tilelang`` row.
+    the TileLang time where the run has no live ``tilelang`` row, on the device it was recorded
+    on only (:func:`baseline_for_run`).
     """
-    from mamba3_perf.analysis.ladder import (
-        ladder_table, load_gpu_baseline, resolve_cases, summarize_ladder,
-    )
+    from mamba3_perf.analysis.ladder import ladder_table, resolve_cases, summarize_ladder
     from mamba3_perf.analysis.limits import with_limits
 
     cases = resolve_cases(timings["case_id"], meta.get("cases") or ())
     spec = device_for(meta.get("device"))
-    base = baseline if baseline is not None else load_gpu_baseline()
+    base = baseline_for_run(meta, baseline)
     table = with_limits(ladder_table(timings, cases=cases, baseline=base), cases, spec)
     if meta.get("timing_kind") == "interpreter":  # a CPU interpreter's time is no fraction of a device's limit
         table[[c for c in table.columns if c.startswith("frac_")]] = float("nan")
     return table, summarize_ladder(table), cases, spec
+
+
+def baseline_for_run(meta: dict, baseline: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """The recorded TileLang baseline a run's ratios may use: ``baseline`` (default: the packaged
+    H200 record) where it names no device or the run's device is the same kind (analysis.limits
+    .device_for), else None: an H100's or an interpreter's time over the H200's is no speedup."""
+    from mamba3_perf.analysis.ladder import load_gpu_baseline
+
+    base = baseline if baseline is not None else load_gpu_baseline()
+    recorded = base.attrs.get("device")
+    name = recorded.get("name") if isinstance(recorded, dict) else recorded
+    if not name:
+        return base
+    run = device_for(meta.get("device"), default=None)
+    return base if run is not None and run == device_for(str(name), default=None) else None
 
 
 def _whole_kernels(events: pd.DataFrame) -> pd.DataFrame:

@@ -142,3 +142,16 @@ def test_device_among_takes_the_first_recognized_name():
 
     assert device_among(["0", None, "Ascend910B2", "NVIDIA H200"]) is ASCEND_910B
     assert device_among(["0", float("nan")]) is H200 and device_among([], default=ASCEND_910B) is ASCEND_910B
+
+
+def test_an_h100_gets_its_own_memory_and_the_h200s_sms():
+    """nvidia-smi names the H100 'NVIDIA H100 80GB HBM3'; its HBM3 is 3.35 TB/s against the H200's
+    measured 4.3, while its SMs (and so the residency model and matrix rates) are the same."""
+    from mamba3_perf.analysis.limits import H100, H200, case_limits, device_for
+
+    assert device_for("NVIDIA H100 80GB HBM3") is H100 and device_for("NVIDIA H200") is H200
+    assert device_for("NVIDIA A100-SXM4-80GB", default=None) is None
+    case = get_case("N128_P64_R4_C16")
+    h100, h200 = case_limits(case, H100), case_limits(case, H200)
+    assert h100["hbm_roofline_us"] == pytest.approx(h200["hbm_roofline_us"] * 4.3 / 3.35)
+    assert h100["compute_bound_us"] == h200["compute_bound_us"] and H100.sm_count == 132

@@ -2,6 +2,7 @@
 import math
 
 import pandas as pd
+import pytest
 
 from mamba3_perf import bench
 from mamba3_perf.kernels.cases import get_case
@@ -61,3 +62,33 @@ def test_a_variant_only_one_run_has_shows_dashes_not_nan():
     text = compare_table(compare_runs(timings(["stage0", "prod"]), timings(["stage0"])), width=200)
     row = next(line for line in text.splitlines() if "prod" in line)
     assert "only in a" in row and "nan" not in row.lower() and row.count(" - ") >= 4
+
+
+def test_a_recorded_baseline_counts_only_on_its_own_device():
+    """The packaged TileLang times are the H200's: an H100 run, an interpreter run or one on an
+    unknown GPU gets no 'recorded' ratio from them (an H100 run once read 1.41x of TileLang)."""
+    from mamba3_perf.analysis.ladder import summarize_ladder
+    from mamba3_perf.analysis.limits import H100, H200
+    from mamba3_perf.reports.markdown import optimization_record
+
+    case = get_case("N128_P64_R4_C16")
+
+    def table(device):
+        meta = {"device": device, "timing_kind": "device", "cases": [case.to_dict()]}
+        rows = [bench._timing_row("stage26_widep", case.id, "ok", "", "device",
+                                  {"median_us": 2623.4, "p10_us": 2620.0, "p90_us": 2630.0, "n_reps": 3})]
+        return ladder_with_limits(pd.DataFrame(rows), meta)
+
+    h200, _, _, spec = table("NVIDIA H200")
+    assert spec is H200 and h200["tilelang_source"].iloc[0] == "recorded"
+    assert 1.3 < h200["ratio_vs_tilelang"].iloc[0] < 1.4
+    for device in ("NVIDIA H100 80GB HBM3", "cpu", "NVIDIA A100-SXM4-80GB"):
+        t, summary, _, spec = table(device)
+        assert t["tilelang_us"].isna().all() and t["ratio_vs_tilelang"].isna().all(), device
+        md = optimization_record({"device": device, "timing_kind": "device"}, t, summary)
+        assert "No TileLang time" in md and "(rec)" not in run_summary(t, width=200)
+    t, _, _, spec = table("NVIDIA H100 80GB HBM3")
+    assert spec is H100 and t["hbm_roofline_us"].iloc[0] == pytest.approx(
+        h200["hbm_roofline_us"].iloc[0] * H200.hbm_bytes_per_s / H100.hbm_bytes_per_s)
+    assert "No TileLang time" not in optimization_record(
+        {"device": "NVIDIA H200"}, h200, summarize_ladder(h200))
