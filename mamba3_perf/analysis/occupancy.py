@@ -94,13 +94,13 @@ def _one_source(g: pd.DataFrame) -> pd.DataFrame:
     return g[g["source"] == ("ncu" if "ncu" in sources else sources[0])]
 
 
-OCCUPANCY_COLUMNS = ("total_us", "registers_per_thread", "smem_bytes", "threads", "blocks_per_sm",
+OCCUPANCY_COLUMNS = ("total_us", "launches", "registers_per_thread", "smem_bytes", "threads", "blocks_per_sm",
                      "limiter", "theoretical_pct", "warps_active_pct", "waves")
 
 
 def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFrame:
     """Per kernel (and variant, stage tag) of a KERNEL_EVENTS frame with registers and block
-    size (Nsight Compute, Kineto on CUDA): device time, registers, shared memory, threads, the
+    size (Nsight Compute, Kineto on CUDA): device time summed over its ``launches``, registers, shared memory, threads, the
     blocks per SM and limiter of :func:`occupancy`, the theoretical warps resident (% of the
     SM's), the measured ``warps_active_pct`` where ncu gave it, and ``waves``. A kernel launched
     with several configurations takes its longest launch's; one traced by two profilers (a
@@ -129,6 +129,7 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
         occ = occupancy(int(top["registers_per_thread"]), threads, smem, grid, device)
         measured = top.get("warps_active_pct")
         rows.append({**dict(zip(keys, key)), "total_us": float(g["dur_us"].sum()),
+                     "launches": float(len(g)),
                      "registers_per_thread": float(top["registers_per_thread"]), "smem_bytes": float(smem),
                      "threads": float(threads), "blocks_per_sm": float(occ.blocks_per_sm),
                      "limiter": occ.limiter, "theoretical_pct": occ.theoretical_pct,

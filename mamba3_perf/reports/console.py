@@ -173,7 +173,7 @@ def short_kernel_name(name: str, limit: int = 60) -> str:
 def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occupancy per kernel",
                     width: int = 160) -> str:
     """A :func:`mamba3_perf.analysis.occupancy.kernel_occupancy` frame as a table: per kernel its
-    device time, registers per thread, shared memory per block, threads per block, the blocks
+    device time (all launches) and launches, registers per thread, shared memory per block, threads per block, the blocks
     one SM holds and the resource that limits them, the warps resident in theory and (ncu) as
     measured, and the waves of its grid ('' for an empty frame)."""
     if occ.empty:
@@ -185,7 +185,7 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
         return short_kernel_name(v) if k == "kernel_name" else v
 
     rows = [[key_cell(r, k) for k in keys]
-            + [fmt_us(r["total_us"]), _num(r["registers_per_thread"], "{:.0f}"),
+            + [fmt_us(r["total_us"]), _num(r["launches"], "{:.0f}"), _num(r["registers_per_thread"], "{:.0f}"),
                _num(r["smem_bytes"] / 1024, "{:.1f}"), _num(r["threads"], "{:.0f}"),
                _num(r["blocks_per_sm"], "{:.0f}"), _text(r["limiter"]),
                _num(r["theoretical_pct"], "{:.1f}", "%"), _num(r["warps_active_pct"], "{:.1f}", "%"),
@@ -193,7 +193,7 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
             for r in occ.to_dict("records")]
     head = f"{title} ({device.name}: {device.max_warps_per_sm} warps, {device.registers_per_sm // 1024}K registers, " \
            f"{device.smem_per_sm_bytes // 1024} KiB shared memory per SM)"
-    cols = keys + ["total_us", "regs", "smem KiB", "threads", "blocks/SM", "limiter", "warps (theory)",
+    cols = keys + ["total_us", "launches", "regs", "smem KiB", "threads", "blocks/SM", "limiter", "warps (theory)",
                    "warps (measured)", "waves"]
     return render(_table(head, cols, rows), width=width)
 

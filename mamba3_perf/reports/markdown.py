@@ -112,7 +112,7 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
         who = f"`{_cell(variant)}`: " if variant is not None else ""
         share = f"{100 * top['share']:.0f}%" if "share" in bd.columns and not pd.isna(top["share"]) else "?"
         parts.append(f"{who}stage tag **{_cell(top['stage_tag'])}** dominates with {share} of the traced "
-                     f"time ({fmt_us(top['total_us'])} µs over {_cell(top.get('count'))} kernels); {_cell(util)}."
+                     f"time ({fmt_us(top['total_us'])} µs over {_cell(top.get('count'))} launches); {_cell(util)}."
                      + _traffic_floor(bd, device))
     return head + "\n".join(parts)
 
@@ -142,19 +142,20 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
         k = r["kernel_name"]
         lead = leading_stall(stalls.loc[k]) if k in stalls.index else None
         floor = traffic["vs_floor"].get(k)
-        rows.append([short_kernel_name(k), fmt_us(r["total_us"]), f"{r['registers_per_thread']:.0f}",
+        rows.append([short_kernel_name(k), fmt_us(r["total_us"] / r["launches"]), f"{r['launches']:.0f}",
+                     f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
                      *(_pct_cell(means.at[k, c] if c in pipes and k in means.index else None)
                        for c in ("tensor_pipe_pct", "dram_throughput_pct")),
                      "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor)])
-    return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs (of the ncu replay "
-            "where one ran, else of the trace); registers per thread; shared memory per block (KiB); blocks per SM and the "
+    return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of the ncu "
+            "replay where one ran, else of the trace) and the launches traced; registers per thread; shared memory per block (KiB); blocks per SM and the "
             "resource that limits them (analysis.occupancy); warps resident, in theory and as "
             "measured; tensor pipe and DRAM throughput (% of peak); the leading warp stall and its "
             "share of the cycles between issues; time against the DRAM floor of its bytes (ncu "
             "columns are '-' without an ncu replay).\n\n"
-            + _md_table(["kernel", "µs", "regs", "smem KiB", "blocks/SM", "warps (theory)",
+            + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "warps (theory)",
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
 
 

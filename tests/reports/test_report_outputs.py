@@ -129,3 +129,24 @@ def test_markdown_record_has_no_per_kernel_section_without_registers():
     md = optimization_record({"timing_kind": "device", "device": "NVIDIA H200"}, table, summarize_ladder(table),
                              kernels=pd.DataFrame({"kernel_name": ["k"], "dur_us": [1.0], "variant": ["prod"]}))
     assert "## Per kernel" not in md
+
+
+def test_markdown_record_of_the_recorded_h100_run(tmp_path):
+    """`perf report` on the H100 --hw-metrics run (each kernel traced over three calls): the
+    per-kernel µs is per launch, the device is the H100 with its own bandwidth, and no recorded
+    H200 TileLang time stands in for the H100's."""
+    import shutil
+
+    from mamba3_perf import runs
+    from mamba3_perf.reports.record import write_run_report
+
+    src = Path(__file__).resolve().parents[2] / "records" / "profile-N128_P64_R4_C16-auxdq-h100-d57951a"
+    shutil.copytree(src, tmp_path / "run")
+    write_run_report(runs.read_run(tmp_path / "run"), tmp_path / "report.md")
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## Per kernel (`stage29_auxdq`, NVIDIA H100)")[1].split("\n## ")[0]
+    aux = next(line for line in section.splitlines() if line.startswith("| bwd_bwd_aux_gluon_kernel"))
+    assert aux.startswith("| bwd_bwd_aux_gluon_kernel | 1635 | 3 | 255 | 100 | 2 (registers) |")
+    assert "4904 µs over 3 launches" in md and "at NVIDIA H100's 3.4 TB/s" in md
+    gap = md.split("## Gap to GPU TileLang")[1]
+    assert "No TileLang time" in gap and "| N128_P64_R4_C16 | 2793 | - | - | - |" in gap
