@@ -59,9 +59,11 @@ def uses_wave(meta) -> bool:
     return stage6_programs > 2 * H200_SMS and bh * triton.cdiv(meta.N, wave_block(meta)) >= H200_SMS
 
 
-# knob (not yet measured): BNB in place of wave_block's rule. At N = 256 the rule's 64 columns
+# knob: BNB in place of wave_block's rule. At N = 256 the rule's 64 columns
 # give B*H * 4 = 256 programs of 254 registers (ncu, records/ncu-stage26-4fc1088: two per SM,
-# 0.97 waves, 783 us on N256_P64_R4_C8); 32 gives twice the programs, each on half the columns
+# 0.97 waves, 783 us on N256_P64_R4_C8); 32 gives twice the programs, each on half the columns.
+# Measured on stage26 on an H100 (records/h100-sweep-wavebnb-d57951a.json): the pass 791 -> 1006
+# us a call there with 32, the stage 6477 -> 6685 us; the rule stays.
 WAVE_BNB: int | None = None
 
 

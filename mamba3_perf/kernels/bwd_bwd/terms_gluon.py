@@ -227,11 +227,13 @@ def bwd_bwd_state_terms_gluon_kernel(
 # launch options in place of :func:`warps`' rule where set (benchmarks/sweep_launch.py's
 # ``gluon_terms`` target sets num_warps; num_stages does not apply)
 LAUNCH: dict = {}
-# knob (not yet measured): N columns per warpgroup and step of the N walk, 16 when None. 8 halves
+# knob: N columns per warpgroup and step of the N walk, 16 when None. 8 halves
 # the ring, the split dstates copies and the [M, BNB] tiles: at P = 128, 136 -> 100 KB of shared
 # memory, so two programs per SM where one fits now (ncu, records/ncu-stage26-4fc1088: one, 6.2 %
 # of the warps, on N64_P128_R4_C16 and N128_P128_R4_C8, where this kernel takes 861 and 2461 us),
-# at twice the steps (barriers, TMA waits) per chunk.
+# at twice the steps (barriers, TMA waits) per chunk. Measured on stage29 on an H100
+# (records/h100-sweep-wgcols-d57951a.json): this kernel 1240 -> 1059 us on N64_P128_R4_C16, but
+# 942 -> 1237 on N128_P64_R4_C16; not a default.
 WG_COLS: int | None = None
 
 
