@@ -10,6 +10,9 @@
 # on the H200, eight N128_P64_R8_C8 units each building the fp64 golden ran out of GPU memory,
 # so those stages were never compiled here and their timing process compiled them past its
 # deadline.
+# Stage units start TileLang's compiles first: they are the long pole (~170 s each on the H100's
+# host with a few other compiles beside them, past 260-300 s with 21 on 16 cores, where six and
+# seven of them timed out in two calls: records/h100-auxdq-vs-tilelang-d57951a.json).
 # usage: benchmarks/h200_warm.sh WORK STAGES CASES [timeout_s] [parallel] [unit]
 set -u
 work=$1; stages=$2; spec=$3; limit=${4:-300}; par=${5:-14}; unit=${6:-case}
@@ -21,7 +24,9 @@ from mamba3_perf.bench import select_cases, select_stages
 cases = [c.id for c in select_cases('$spec')]
 names, tl = select_stages('$stages')
 stages = names + (['tilelang'] if tl else [])
-print(' '.join(cases if '$unit' == 'case' else [f'{c}__{s}' for c in cases for s in stages]))")
+units = [f'{c}__{s}' for s in stages for c in cases if s == 'tilelang']
+units += [f'{c}__{s}' for c in cases for s in stages if s != 'tilelang']
+print(' '.join(cases if '$unit' == 'case' else units))")
 printf '%s\n' $units | xargs -P "$par" -I{} sh -c "u={}; c=\${u%%__*}; s=\${u#*__}; [ \"\$s\" = \"\$u\" ] && s='$stages'; \
   timeout $limit python3 benchmarks/ladder.py --cases \$c --stages \$s --out /tmp/warm-runs --warmup-ms 1 --rep-ms 1 $nocheck \
   --json $work/\$u.json > $work/\$u.log 2>&1; rc=\$?; echo \$rc > $work/rc/\$u; \
