@@ -233,7 +233,8 @@ LAUNCH: dict = {}
 # of the warps, on N64_P128_R4_C16 and N128_P128_R4_C8, where this kernel takes 861 and 2461 us),
 # at twice the steps (barriers, TMA waits) per chunk. Measured on stage29 on an H100
 # (records/h100-sweep-wgcols-d57951a.json): this kernel 1240 -> 1059 us on N64_P128_R4_C16, but
-# 942 -> 1237 on N128_P64_R4_C16; not a default.
+# 942 -> 1237 on N128_P64_R4_C16; on stage26 2401 -> 2747 us on N128_P128_R4_C8 and 864 -> 867
+# on N64_P128_R4_C16 (records/h100-sweep-wgcols-stage26-fc0c573.json). Not a default.
 WG_COLS: int | None = None
 
 
