@@ -26,7 +26,9 @@ def profile(
     out: Path = typer.Option(Path("runs"), help="run store directory"),
     name: Optional[str] = typer.Option(None, help="run name (default profile-<case>-<UTC time>)"),
     gpu_baseline: Optional[Path] = typer.Option(None, help="recorded TileLang baseline JSON for the "
-                                                           "ratio column (default: packaged H200 record)"),
+                                                           "ratio column where no live TileLang row runs "
+                                                           "(default: the packaged H200 record); used only "
+                                                           "on the device it names"),
     hw_metrics: bool = typer.Option(False, "--hw-metrics", help="add Nsight Compute metrics (CUDA, ncu): "
                                     "pipe utilization, DRAM bytes, instructions, warp stalls"),
     force: bool = typer.Option(False, "--force", help="run a shape the CPU interpreter would take long on"),
