@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 with knobs_set(knobs, values):
                     row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
+            except ImportError:  # a module the machine lacks (the device ran one without ijson): stop
+                raise
             except Exception as e:  # a combination that does not compile or launch is a result
                 row.update(status="not runnable", reason=bench.first_line(e))
             print(json.dumps(row), flush=True)

@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
                 try:
                     with launch_options(target, warps, stages, cap):
                         row.update(measure(fn, case, a.stage, x, golden, ref, bk.device, bk))
+                except ImportError:  # a module the machine lacks (the device ran one without ijson): stop
+                    raise
                 except Exception as e:  # a config that does not compile or launch is a result
                     row.update(status="not runnable", reason=bench.first_line(e))
                 print(json.dumps(row), flush=True)
