@@ -173,9 +173,9 @@ def short_kernel_name(name: str, limit: int = 60) -> str:
 def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occupancy per kernel",
                     width: int = 160) -> str:
     """A :func:`mamba3_perf.analysis.occupancy.kernel_occupancy` frame as a table: per kernel its
-    device time (all launches) and launches, registers per thread, shared memory per block, threads per block, the blocks
-    one SM holds and the resource that limits them, the warps resident in theory and (ncu) as
-    measured, and the waves of its grid ('' for an empty frame)."""
+    device time (all launches) and launches, registers per thread, shared memory per block,
+    threads per block, the blocks one SM holds and the resource that limits them, the warps
+    resident in theory and (ncu) as measured, and the waves of its grid ('' for an empty frame)."""
     if occ.empty:
         return ""
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in occ.columns]

@@ -150,11 +150,12 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
                        for c in ("tensor_pipe_pct", "dram_throughput_pct")),
                      "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor)])
     return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of the ncu "
-            "replay where one ran, else of the trace) and the launches traced; registers per thread; shared memory per block (KiB); blocks per SM and the "
-            "resource that limits them (analysis.occupancy); warps resident, in theory and as "
-            "measured; tensor pipe and DRAM throughput (% of peak); the leading warp stall and its "
-            "share of the cycles between issues; time against the DRAM floor of its bytes (ncu "
-            "columns are '-' without an ncu replay).\n\n"
+            "replay where one ran, else of the trace) and the launches traced; registers per "
+            "thread; shared memory per block (KiB); blocks per SM and the resource that limits "
+            "them (analysis.occupancy); warps resident, in theory and as measured; tensor pipe and "
+            "DRAM throughput (% of peak); the leading warp stall and its share of the cycles "
+            "between issues; time against the DRAM floor of its bytes (ncu columns are '-' "
+            "without an ncu replay).\n\n"
             + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "warps (theory)",
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
 
