@@ -104,8 +104,9 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
     shared memory, threads, the blocks per SM and limiter of :func:`occupancy`, the theoretical
     warps resident (% of the SM's), the measured ``warps_active_pct`` where ncu gave it, and
     ``waves``. A kernel launched with several configurations takes its longest launch's; one
-    traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's rows. Longest kernels first; empty for a
-    frame without those columns or a device without SM figures (an Ascend NPU)."""
+    traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's rows. Longest
+    kernels first; empty for a frame without those columns or a device without SM figures (an
+    Ascend NPU)."""
     keys = [k for k in ("variant", "stage_tag", "kernel_name") if k in df.columns]
     columns = keys + list(OCCUPANCY_COLUMNS)
     strings = (*keys, "limiter")
