@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mamba3_perf.errors import BackendError, StageError
+from mamba3_perf.errors import BackendError, StageError, first_line
 from mamba3_perf.kernels.cases import Case, case_sets, cases as cases_of_set, get_case
 
 TILELANG = "tilelang"
@@ -192,11 +192,6 @@ def variant_runner(variant: str, case: Case, x: dict) -> Callable[[], dict]:
     from mamba3_perf.kernels.checking import run_stage
 
     return lambda: run_stage(variant, x, case)
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _free(device: str) -> None:

@@ -31,3 +31,10 @@ class RunStoreError(Mamba3PerfError, ValueError):
 
 class BackendError(Mamba3PerfError, RuntimeError):
     """A requested backend (npu, cuda) or tool is not available on this machine."""
+
+
+def first_line(e: BaseException) -> str:
+    """An exception as one line, "Type: first line of its message" (the type alone where the
+    message is empty): ijson's C backend, Triton and CUDA add context on the lines after."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0].strip()}" if text else type(e).__name__

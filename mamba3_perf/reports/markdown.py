@@ -209,7 +209,7 @@ def _gaps(table: pd.DataFrame, best: str | None, *, device_times: bool = True) -
                      r.get("bound_by") if has_lim else "-",
                      _x(r["median_us"] / r["lower_bound_us"])
                      if device_times and has_lim and r.get("lower_bound_us") else "-"])
-    if not rows or all(pd.isna(r.get("tilelang_us")) for r in sub.to_dict("records")):
+    if "tilelang_us" not in sub or sub["tilelang_us"].isna().all():
         head += ("No TileLang time: the run has no live `tilelang` row, and a recorded baseline "
                  "counts only on the device it was recorded on (the packaged one: NVIDIA H200).\n\n")
     return (head + f"Step `{_cell(best)}`; times in µs; last column is time / max(lower bounds).\n\n"

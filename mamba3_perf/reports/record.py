@@ -44,7 +44,7 @@ def baseline_for_run(meta: dict, baseline: pd.DataFrame | None = None) -> pd.Dat
     if not name:
         return base
     run = device_for(meta.get("device"), default=None)
-    return base if run is not None and run == device_for(str(name), default=None) else None
+    return base if run is not None and run is device_for(str(name), default=None) else None
 
 
 def _whole_kernels(events: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import ijson
 
-from mamba3_perf.errors import ParseError
+from mamba3_perf.errors import ParseError, first_line
 
 Progress = Callable[[int, int], None]  # progress(bytes_read, total_bytes)
 
@@ -106,9 +106,9 @@ def iter_json_items(path: Path, prefix: str, progress: Progress | None = None) -
         except (ijson.JSONError, EOFError, OSError, gzip.BadGzipFile) as e:
             where = raw.tell()
             if n == 0:
-                raise ParseError(f"{path}: not a readable JSON trace ({type(e).__name__}: {_first_line(e)})") from None
+                raise ParseError(f"{path}: not a readable JSON trace ({first_line(e)})") from None
             warnings.warn(
-                f"{path}: JSON breaks off near byte {where} ({_first_line(e)}); kept the {n} events read before it",
+                f"{path}: JSON breaks off near byte {where} ({first_line(e)}); kept the {n} events read before it",
                 stacklevel=3,
             )
     finally:
@@ -155,9 +155,3 @@ def serialized_starts(dur_us: list[float]) -> list[float]:
         out.append(t)
         t += d
     return out
-
-
-def _first_line(e: Exception) -> str:
-    """An exception's message on one line: ijson's C backend adds the text it stopped at and a
-    caret under it on the following lines."""
-    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
