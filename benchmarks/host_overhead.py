@@ -8,11 +8,18 @@ the host's launch path; kernels.graphs).
 
     python benchmarks/host_overhead.py --cases N128_P64_R1_C64,N32_P64_R4_C16 \\
         --stages stage24_gluonaux,stage25_subchunk --json rec.json
+
+``--profile FILE``: also a cProfile of the N back-to-back calls per case and stage (a second
+run of them; profiling inflates each call), its top functions by own and by cumulative time,
+to FILE: where the host's time goes.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import time
 
 
@@ -23,18 +30,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--cuda-graph", action="store_true", help="also time CUDA-graph replays")
     ap.add_argument("--json", required=True)
+    ap.add_argument("--profile", metavar="FILE", help="also write a cProfile of the calls (top functions) to FILE")
+    ap.add_argument("--profile-rows", type=int, default=40)
     a = ap.parse_args(argv)
 
     import torch
 
     from mamba3_perf import backend as be
     from mamba3_perf import bench
-    from mamba3_perf.runs import write_rows_record
+    from mamba3_perf.runs import write_rows_record, write_text_atomic
 
     bk = be.resolve("auto")
     if not bk.device.startswith("cuda"):
         raise SystemExit("host_overhead.py compares host and GPU time: it needs a CUDA device")
-    rows = []
+    rows, profiles = [], []
     for case in bench.select_cases(a.cases):
         x = bench.prepare(case, device=bk.device)
         for stage in a.stages.split(","):
@@ -54,11 +63,34 @@ def main(argv: list[str] | None = None) -> None:
             if a.cuda_graph:
                 graphed = bench.time_fn(fn, device=bk.device, warmup_ms=10, rep_ms=40, graph=True)
                 row.update({f"graph_{k}": v for k, v in graphed.items()})
+            if a.profile:
+                profiles.append(host_profile(fn, a.calls, f"{stage} on {case.id}", a.profile_rows))
             print(json.dumps(row), flush=True)
             rows.append(row)
         del x
         bench._free(bk.device)
     write_rows_record(a.json, "host_overhead.py", argv, rows)
+    if a.profile:
+        write_text_atomic(a.profile, "\n\n".join(profiles) + "\n")
+
+
+def host_profile(fn, calls: int, title: str, rows: int) -> str:
+    """cProfile of ``calls`` back-to-back calls of ``fn`` (no synchronize between; one at the
+    end, outside the profile's calls), its ``rows`` top functions by own and by cumulative time."""
+    import torch
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    parts = [f"# {title}: cProfile of {calls} back-to-back calls"]
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(rows)
+        parts.append(f"## by {key}\n{buf.getvalue().strip()}")
+    return "\n\n".join(parts)
 
 
 if __name__ == "__main__":
