@@ -6,14 +6,15 @@ says which instructions of a kernel cost its time.
         --kernel bwd_bwd_aux_gluon_kernel --out /tmp/src
 
 writes OUT/KERNEL.ncu-rep (ncu's report of the kernel's first launch) and OUT/KERNEL-sass.csv (the
-report's source page as CSV, one row per SASS instruction), and prints the instructions with the
-most stall samples. Needs ncu on PATH and a CUDA device (the stage's own process runs under it,
+report's source page as CSV, one row per SASS instruction), and prints what
+mamba3_perf.analysis.sass reads from it: per loop body and per opcode, the shares of executed
+instructions, stall samples and bank-conflict wavefronts, and the instructions with the most
+stall samples. Needs ncu on PATH and a CUDA device (the stage's own process runs under it,
 mamba3_perf.profile_target).
 """
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
@@ -37,21 +38,6 @@ def source_command(report: str) -> list[str]:
     return ["ncu", "--import", report, "--page", "source", "--csv", "--print-source", "sass"]
 
 
-def hottest(csv_text: str, rows: int):
-    """The ``rows`` instructions of the source page with the most stall samples (a DataFrame),
-    or None where the page has no stall-sample column."""
-    import pandas as pd
-
-    df = pd.read_csv(io.StringIO(csv_text))
-    samples = [c for c in df.columns if "Sampling" in c and "All" in c]
-    if not samples:
-        return None
-    col = samples[0]
-    df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0)
-    df["share_%"] = 100 * df[col] / max(df[col].sum(), 1)
-    return df.sort_values(col, ascending=False).head(rows)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True, help="a case id (perf cases lists them)")
@@ -61,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=40)
     a = ap.parse_args(argv)
 
+    from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
     from mamba3_perf.bench import select_cases
     from mamba3_perf.runs import write_text_atomic
 
@@ -76,8 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     if page.returncode != 0:
         raise SystemExit(f"ncu --page source failed (exit {page.returncode}): {page.stderr.strip()[-600:]}")
     write_text_atomic(os.path.join(a.out, f"{a.kernel}-sass.csv"), page.stdout)
-    top = hottest(page.stdout, a.rows)
-    print(top.to_string() if top is not None else page.stdout[:2000])
+    df = read_source_page(page.stdout)
+    print(measured_regions(df).round(1).to_string(index=False), "\n")
+    print(measured_mix(df).head(a.rows).round(1).to_string(index=False), "\n")
+    print(df.nlargest(a.rows, "samples")[["addr", "opcode", "samples", "executed"]].to_string(index=False))
 
 
 if __name__ == "__main__":

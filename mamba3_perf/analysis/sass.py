@@ -9,6 +9,11 @@ chunk step costs, how many of them are spill traffic (``local``), shuffles, addr
 ``benchmarks/ptxas_stage.py --sass`` prints it for every kernel a stage launches.
 
 Kinds (by the opcode's first part; uniform-datapath ``U...`` ops count with their base op):
+What a kernel executed and where its warps waited, per instruction, is Nsight Compute's source
+page (``ncu --import R --page source --csv --print-source sass``, benchmarks/ncu_source.py):
+:func:`read_source_page` reads it into the same rows (plus the measured columns) and
+:func:`measured_regions` / :func:`measured_mix` sum it per loop body and per kind.
+
 ``mma`` tensor-core ops, ``global`` / ``shared`` / ``local`` memory ops (``local`` is LDL /
 STL: register spills), ``float`` arithmetic and compares, ``convert``, ``int`` (integer and
 address arithmetic, moves, constants, predicates), ``shuffle``, ``control`` (branches,
@@ -16,7 +21,10 @@ barriers, fences) and ``other``.
 """
 from __future__ import annotations
 
+import csv
+import io
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -104,3 +112,92 @@ def instruction_mix(text: str) -> pd.DataFrame:
         rows.append({"region": name, "instructions": len(part),
                      **{k: int(counts.get(k, 0)) for k in KIND_ORDER}})
     return pd.DataFrame(rows)
+
+
+# the source page's columns this module reads, by the names ncu 2025.3 gives them
+_PAGE_COLUMNS = {
+    "Address": "address", "Source": "source", "Warp Stall Sampling (All Samples)": "samples",
+    "Warp Stall Sampling (Not-issued Samples)": "samples_not_issued", "Instructions Executed": "executed",
+    "L1 Wavefronts Shared": "smem_wavefronts", "L1 Wavefronts Shared Excessive": "smem_excess_wavefronts",
+}
+_OPCODE = re.compile(r"^\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
+_HEX = re.compile(r"0x([0-9a-f]+)")
+
+
+def read_source_page(source) -> pd.DataFrame:
+    """One row per SASS instruction of an ncu source page (CSV: a path, or its text): ``addr``
+    (bytes from the kernel's first instruction), ``opcode``, ``kind``, ``target`` (a branch's
+    target, same offsets, else -1), ``samples`` / ``samples_not_issued`` (warp stall samples at
+    the instruction), ``executed`` (warp-level instructions executed), ``smem_wavefronts`` /
+    ``smem_excess_wavefronts`` (shared-memory wavefronts, and those beyond the ideal: bank
+    conflicts) and a ``stall_REASON`` column per stall reason ncu sampled (all samples).
+
+    Raises ValueError for text that is not a SASS source page or is cut off (a row with fewer
+    fields than the header)."""
+    text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines[:5]) if line.startswith('"Address","Source"')), None)
+    if start is None:
+        raise ValueError("not an ncu source page: no \"Address\",\"Source\" header in its first lines "
+                         "(expected ncu --page source --csv --print-source sass)")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], [r for r in rows[1:] if r]
+    short = next((n for n, r in enumerate(body, start + 2) if len(r) != len(header)), None)
+    if short is not None:
+        raise ValueError(f"ncu source page cut off: line {short} has not the header's {len(header)} fields")
+    missing = [c for c in _PAGE_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"ncu source page without the columns {missing} (collect the SourceCounters and "
+                         f"WarpStateStats sections)")
+    raw = pd.DataFrame(body, columns=header)
+    raw = raw[raw["Address"].str.startswith("0x")]
+    if raw.empty:
+        raise ValueError("ncu source page without SASS rows")
+    stalls = [c for c in raw.columns if c.startswith("stall_") and "(" not in c]
+    df = raw[list(_PAGE_COLUMNS) + stalls].rename(columns=_PAGE_COLUMNS)
+    for c in df.columns[2:]:
+        df[c] = pd.to_numeric(df[c].replace("-", "0"), errors="coerce").fillna(0)
+    absolute = df["address"].map(lambda a: int(a, 16))
+    base = int(absolute.min())
+    df["addr"] = absolute - base
+    df["opcode"] = df["source"].map(lambda t: (_OPCODE.match(t) or _OPCODE.match("UNKNOWN")).group(1))
+    df["kind"] = df["opcode"].map(kind)
+    df["target"] = [int(m.group(1), 16) - base if op.startswith("BRA") and (m := _HEX.search(t.split("BRA", 1)[1]))
+                    else -1 for op, t in zip(df["opcode"], df["source"])]
+    lead = ["addr", "opcode", "kind", "target", "samples", "samples_not_issued", "executed",
+            "smem_wavefronts", "smem_excess_wavefronts"]
+    return df[lead + stalls].reset_index(drop=True)
+
+
+def _summary(part: pd.DataFrame, total: pd.Series, stalls: list[str], top: int) -> dict:
+    st = part[stalls].sum().sort_values(ascending=False)
+    share = lambda col: 100 * float(part[col].sum()) / max(float(total[col]), 1.0)  # noqa: E731
+    return {"instructions": len(part), "executed_%": share("executed"), "samples_%": share("samples"),
+            "smem_excess_%": share("smem_excess_wavefronts"), "mma": int((part["kind"] == "mma").sum()),
+            "top_stalls": ", ".join(f"{k[6:]} {100 * v / max(float(total['samples']), 1.0):.1f}"
+                                    for k, v in st.head(top).items() if v > 0)}
+
+
+def measured_regions(df: pd.DataFrame, top: int = 3) -> pd.DataFrame:
+    """:func:`instruction_mix`'s regions (the kernel, each loop body) of a source page
+    (:func:`read_source_page`), measured: ``instructions`` (static), the region's shares of the
+    kernel's executed instructions, stall samples and excess shared wavefronts (bank
+    conflicts), its mma instructions, and its ``top`` stall reasons (% of the kernel's samples).
+    A backward branch from an out-of-line block (an mbarrier wait's retry) spans most of the
+    kernel: that row is a region like the others, read it as such."""
+    stalls = [c for c in df.columns if c.startswith("stall_")]
+    total = df[["executed", "samples", "smem_excess_wavefronts"]].sum()
+    regions = [("kernel", df)] + [(f"loop {s:#x}-{e:#x}", df[(df["addr"] >= s) & (df["addr"] <= e)])
+                                  for s, e in loop_spans(df)]
+    return pd.DataFrame([{"region": name, **_summary(part, total, stalls, top)} for name, part in regions])
+
+
+def measured_mix(df: pd.DataFrame) -> pd.DataFrame:
+    """A source page's executed instructions, stall samples and excess shared wavefronts per
+    opcode (its first part) and kind, as % of the kernel's, sorted by samples."""
+    base = df.assign(op=df["opcode"].str.split(".").str[0])
+    g = base.groupby(["op", "kind"], as_index=False)[["executed", "samples", "smem_excess_wavefronts"]].sum()
+    for col in ("executed", "samples", "smem_excess_wavefronts"):
+        g[col + "_%"] = 100 * g.pop(col) / max(float(df[col].sum()), 1.0)
+    g.insert(2, "instructions", base.groupby(["op", "kind"]).size().values)
+    return g.sort_values("samples_%", ascending=False, ignore_index=True)

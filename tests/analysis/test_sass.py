@@ -1,10 +1,15 @@
 """The static SASS instruction mix, read from a real nvdisasm listing of one of our kernels
-(tests/data/sass: the chunk-sum kernel for sm_90, Triton 3.6)."""
+(tests/data/sass: the chunk-sum kernel for sm_90, Triton 3.6), and the measured one, from real
+Nsight Compute source pages."""
 from pathlib import Path
 
 import pytest
 
-from mamba3_perf.analysis.sass import KIND_ORDER, instruction_mix, kind, loop_spans, parse_sass
+import pandas as pd
+
+from mamba3_perf.analysis.sass import (
+    KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, parse_sass, read_source_page,
+)
 
 LISTING = (Path(__file__).parents[1] / "data" / "sass" / "bwd_bwd_chunk_sum_kernel-sm90.sass").read_text()
 
@@ -42,3 +47,66 @@ def test_kinds(opcode, want):
 def test_text_without_instructions_is_refused():
     with pytest.raises(ValueError, match="nvdisasm"):
         parse_sass("//--- not a listing\n.text.foo:\n")
+
+
+# ---- measured: Nsight Compute's source page (records/ncu-source-stage26-h100-68ccb02/, written by
+# benchmarks/ncu_source.py on an H100: stage26's two Gluon kernels on N128_P64_R4_C16)
+PAGES = Path(__file__).parents[2] / "records" / "ncu-source-stage26-h100-68ccb02"
+AUX_PAGE = PAGES / "bwd_bwd_aux_gluon_kernel-sass.csv"
+
+
+def test_source_page_rows_are_the_kernels_instructions():
+    df = read_source_page(AUX_PAGE)
+    assert df["addr"].iloc[0] == 0 and (df["addr"].diff().dropna() == 16).all()
+    assert df.loc[0, "opcode"] == "LDC" and set(df["kind"]) <= set(KIND_ORDER)
+    # branch targets are offsets inside the kernel
+    targets = df.loc[df["target"] >= 0, "target"]
+    assert len(targets) and targets.isin(df["addr"]).all()
+    assert any(c.startswith("stall_long_sb") for c in df.columns)
+
+
+def test_executed_instructions_match_the_raw_page_of_another_run():
+    # the ncu raw page of the same kernel code, another session (perf profile --hw-metrics at
+    # d57951a, records/profile-N128_P64_R4_C16-auxdq-h100-d57951a/): smsp__inst_executed.sum
+    events = pd.read_parquet(Path(__file__).parents[2] / "records" / "profile-N128_P64_R4_C16-auxdq-h100-d57951a"
+                             / "events.parquet")
+    for kernel in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
+        raw = events[(events["variant"] == "stage26_widep") & (events["kernel_name"] == kernel)]["instructions"]
+        page = read_source_page(PAGES / f"{kernel}-sass.csv")
+        # equal to a few instructions in 3e8 (the raw page counted 3 more of the aux's than its
+        # source page lists: 301826051 against 301826048)
+        assert page["executed"].sum() == pytest.approx(raw.iloc[0], abs=8)
+
+
+def test_measured_regions_find_the_n_walk_with_its_static_size():
+    df = read_source_page(AUX_PAGE)
+    regions = measured_regions(df).set_index("region")
+    assert regions.loc["kernel", "instructions"] == len(df)
+    assert regions.loc["kernel", "samples_%"] == pytest.approx(100)
+    # the aux's second N walk: the 630-instruction loop body the static listing counts
+    # (README, "stage28_termsdk and stage29_auxdq"), over half of what the kernel executes
+    walk = regions.loc["loop 0xda50-0x101a0"]
+    assert walk["instructions"] == 630 and walk["executed_%"] > 50
+    assert walk["executed_%"] < regions.loc["kernel", "executed_%"]
+
+
+def test_measured_mix_shares_sum_to_the_kernel():
+    mix = measured_mix(read_source_page(AUX_PAGE))
+    for col in ("executed_%", "samples_%", "smem_excess_wavefronts_%"):
+        assert mix[col].sum() == pytest.approx(100)
+    assert mix["instructions"].sum() == 4192
+    # the excess shared wavefronts (bank conflicts) are stores' and loads' only
+    assert set(mix.loc[mix["smem_excess_wavefronts_%"] > 0, "kind"]) == {"shared"}
+
+
+def test_source_page_errors(tmp_path):
+    with pytest.raises(ValueError, match="not an ncu source page"):
+        read_source_page("a,b\n1,2\n")
+    lines = AUX_PAGE.read_text().splitlines()
+    cut = tmp_path / "cut.csv"
+    cut.write_text("\n".join(lines[:50] + [lines[50][:40]]) + "\n")
+    with pytest.raises(ValueError, match="cut off: line 51"):
+        read_source_page(cut)
+    header = lines[1].replace('"Instructions Executed"', '"Something Else"')
+    with pytest.raises(ValueError, match="Instructions Executed"):
+        read_source_page("\n".join([lines[0], header] + lines[2:10]) + "\n")
