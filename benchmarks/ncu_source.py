@@ -6,8 +6,8 @@ says which instructions of a kernel cost its time.
         --kernel bwd_bwd_aux_gluon_kernel --out /tmp/src
 
 writes OUT/KERNEL.ncu-rep (ncu's report of the kernel's first launch) and OUT/KERNEL-sass.csv (the
-report's source page as CSV, one row per SASS instruction), and prints what
-mamba3_perf.analysis.sass reads from it: per loop body and per opcode, the shares of executed
+report's source page as CSV, one row per SASS instruction), and prints what `perf sass` prints
+of it (mamba3_perf.analysis.sass): per loop body and per opcode, the shares of executed
 instructions, stall samples and bank-conflict wavefronts, and the instructions with the most
 stall samples. Needs ncu on PATH and a CUDA device (the stage's own process runs under it,
 mamba3_perf.profile_target).
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
     from mamba3_perf.bench import select_cases
+    from mamba3_perf.reports.console import source_page_tables
     from mamba3_perf.runs import write_text_atomic
 
     if shutil.which("ncu") is None:
@@ -64,9 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"ncu --page source failed (exit {page.returncode}): {page.stderr.strip()[-600:]}")
     write_text_atomic(os.path.join(a.out, f"{a.kernel}-sass.csv"), page.stdout)
     df = read_source_page(page.stdout)
-    print(measured_regions(df).round(1).to_string(index=False), "\n")
-    print(measured_mix(df).head(a.rows).round(1).to_string(index=False), "\n")
-    print(df.nlargest(a.rows, "samples")[["addr", "opcode", "samples", "executed"]].to_string(index=False))
+    hot = df.nlargest(a.rows, "samples")
+    hot.attrs["samples_total"] = float(df["samples"].sum())
+    print(source_page_tables(measured_regions(df), measured_mix(df).head(a.rows), hot, title=a.kernel))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mamba3_perf.errors import ParseError
+
 KINDS: dict[str, tuple[str, ...]] = {
     "mma": ("HGMMA", "HMMA", "IMMA", "QGMMA", "IGMMA", "WARPGROUP", "WARPSYNC"),
     "global": ("LDG", "STG", "LDGSTS", "LDGDEPBAR", "RED", "ATOM", "ATOMG", "UTMALDG", "UTMASTG",
@@ -132,27 +134,27 @@ def read_source_page(source) -> pd.DataFrame:
     ``smem_excess_wavefronts`` (shared-memory wavefronts, and those beyond the ideal: bank
     conflicts) and a ``stall_REASON`` column per stall reason ncu sampled (all samples).
 
-    Raises ValueError for text that is not a SASS source page or is cut off (a row with fewer
-    fields than the header)."""
+    Raises ParseError (a ValueError) for text that is not a SASS source page, is cut off (a row
+    without the header's fields) or lacks the columns read here."""
     text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines[:5]) if line.startswith('"Address","Source"')), None)
     if start is None:
-        raise ValueError("not an ncu source page: no \"Address\",\"Source\" header in its first lines "
+        raise ParseError("not an ncu source page: no \"Address\",\"Source\" header in its first lines "
                          "(expected ncu --page source --csv --print-source sass)")
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     header, body = rows[0], [r for r in rows[1:] if r]
     short = next((n for n, r in enumerate(body, start + 2) if len(r) != len(header)), None)
     if short is not None:
-        raise ValueError(f"ncu source page cut off: line {short} has not the header's {len(header)} fields")
+        raise ParseError(f"ncu source page cut off: line {short} has not the header's {len(header)} fields")
     missing = [c for c in _PAGE_COLUMNS if c not in header]
     if missing:
-        raise ValueError(f"ncu source page without the columns {missing} (collect the SourceCounters and "
+        raise ParseError(f"ncu source page without the columns {missing} (collect the SourceCounters and "
                          f"WarpStateStats sections)")
     raw = pd.DataFrame(body, columns=header)
     raw = raw[raw["Address"].str.startswith("0x")]
     if raw.empty:
-        raise ValueError("ncu source page without SASS rows")
+        raise ParseError("ncu source page without SASS rows")
     stalls = [c for c in raw.columns if c.startswith("stall_") and "(" not in c]
     df = raw[list(_PAGE_COLUMNS) + stalls].rename(columns=_PAGE_COLUMNS)
     for c in df.columns[2:]:

@@ -69,3 +69,23 @@ def import_trace(
         with runs.create_run(out, run_name, meta) as run:
             run.write_table("events", events)
         console.print(f"stored {len(events)} events in {Path(out) / run_name}")
+
+
+@app.command("sass")
+def sass_page(
+    path: Path = typer.Argument(..., help="an ncu source page as CSV (ncu --import R --page source --csv "
+                                          "--print-source sass; benchmarks/ncu_source.py writes one)"),
+    rows: int = typer.Option(15, "--rows", min=1, help="opcodes and hottest instructions to show"),
+):
+    """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode."""
+    from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
+    from mamba3_perf.errors import ParseError
+    from mamba3_perf.reports.console import source_page_tables
+
+    if not path.is_file():
+        raise ParseError(f"{path}: no such file")
+    df = read_source_page(path)
+    hot = df.nlargest(rows, "samples")
+    hot.attrs["samples_total"] = float(df["samples"].sum())
+    Console().print(source_page_tables(measured_regions(df), measured_mix(df).head(rows), hot, title=path.name),
+                    soft_wrap=True, markup=False, highlight=False)

@@ -1,4 +1,5 @@
-"""Rich tables rendered to plain text: run summary, ladder means, stage breakdown, comparison.
+"""Rich tables rendered to plain text: run summary, ladder means, stage breakdown, comparison,
+an ncu source page by region and opcode.
 
 Cells are built as :class:`rich.text.Text`, so names from tables are never read as markup.
 """
@@ -207,3 +208,28 @@ def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
              fmt_us(r["median_b_us"]), _num(r["delta_pct"], "{:+.1f}", "%"), fmt_us(r["spread_a_us"]),
              fmt_us(r["spread_b_us"]), r["verdict"]] for r in cmp.to_dict("records")]
     return render(_table(title, cols, rows), width=width)
+
+
+def source_page_tables(regions: pd.DataFrame, mix: pd.DataFrame, hot: pd.DataFrame, *, title: str,
+                       width: int = 160) -> str:
+    """An ncu source page (mamba3_perf.analysis.sass): :func:`~mamba3_perf.analysis.sass.measured_regions`,
+    the first rows of :func:`~mamba3_perf.analysis.sass.measured_mix` and the instructions with the
+    most stall samples (``hot``: rows of the page), as three tables."""
+    reg = [[r["region"], _num(r["instructions"], "{:.0f}"), _num(r["executed_%"], "{:.1f}", "%"),
+            _num(r["samples_%"], "{:.1f}", "%"), _num(r["smem_excess_%"], "{:.1f}", "%"), _num(r["mma"], "{:.0f}"),
+            _text(r["top_stalls"])] for r in regions.to_dict("records")]
+    ops = [[r["op"], r["kind"], _num(r["instructions"], "{:.0f}"), _num(r["executed_%"], "{:.1f}", "%"),
+            _num(r["samples_%"], "{:.1f}", "%"), _num(r["smem_excess_wavefronts_%"], "{:.1f}", "%")]
+           for r in mix.to_dict("records")]
+    total = max(float(hot.attrs.get("samples_total", 0)) or float(hot["samples"].sum()), 1.0)
+    top = [[f"{r['addr']:#07x}", r["opcode"], _num(100 * r["samples"] / total, "{:.1f}", "%"),
+            _num(r["executed"], "{:.0f}")] for r in hot.to_dict("records")]
+    return "".join((
+        render(_table(f"{title}: by region (shares of the kernel's)", ["region", "SASS", "executed", "stall samples",
+                                                                       "excess smem wavefronts", "mma", "leading stalls"],
+                      reg), width=width),
+        render(_table(f"{title}: by opcode", ["opcode", "kind", "SASS", "executed", "stall samples",
+                                              "excess smem wavefronts"], ops), width=width),
+        render(_table(f"{title}: instructions with the most stall samples", ["addr", "opcode", "stall samples",
+                                                                              "executed"], top), width=width),
+    ))
