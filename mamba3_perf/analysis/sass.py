@@ -22,13 +22,14 @@ barriers, fences) and ``other``.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from mamba3_perf.errors import ParseError
+from mamba3_perf.errors import ParseError, first_line
 
 KINDS: dict[str, tuple[str, ...]] = {
     "mma": ("HGMMA", "HMMA", "IMMA", "QGMMA", "IGMMA", "WARPGROUP", "WARPSYNC"),
@@ -127,7 +128,8 @@ _HEX = re.compile(r"0x([0-9a-f]+)")
 
 
 def read_source_page(source) -> pd.DataFrame:
-    """One row per SASS instruction of an ncu source page (CSV: a path, or its text): ``addr``
+    """One row per SASS instruction of an ncu source page (CSV: a path, gzipped where it ends in
+    .gz, or its text): ``addr``
     (bytes from the kernel's first instruction), ``opcode``, ``kind``, ``target`` (a branch's
     target, same offsets, else -1), ``samples`` / ``samples_not_issued`` (warp stall samples at
     the instruction), ``executed`` (warp-level instructions executed), ``smem_wavefronts`` /
@@ -136,7 +138,14 @@ def read_source_page(source) -> pd.DataFrame:
 
     Raises ParseError (a ValueError) for text that is not a SASS source page, is cut off (a row
     without the header's fields) or lacks the columns read here."""
-    text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
+    if isinstance(source, Path) or "\n" not in str(source):
+        path = Path(source)
+        try:
+            text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise ParseError(f"{path.name}: cannot read ({first_line(e)})") from e
+    else:
+        text = str(source)
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines[:5]) if line.startswith('"Address","Source"')), None)
     if start is None:

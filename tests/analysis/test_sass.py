@@ -1,15 +1,16 @@
 """The static SASS instruction mix, read from a real nvdisasm listing of one of our kernels
 (tests/data/sass: the chunk-sum kernel for sm_90, Triton 3.6), and the measured one, from real
 Nsight Compute source pages."""
+import gzip
 from pathlib import Path
 
-import pytest
-
 import pandas as pd
+import pytest
 
 from mamba3_perf.analysis.sass import (
     KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, parse_sass, read_source_page,
 )
+from mamba3_perf.errors import ParseError
 
 LISTING = (Path(__file__).parents[1] / "data" / "sass" / "bwd_bwd_chunk_sum_kernel-sm90.sass").read_text()
 
@@ -52,7 +53,7 @@ def test_text_without_instructions_is_refused():
 # ---- measured: Nsight Compute's source page (records/ncu-source-stage26-h100-68ccb02/, written by
 # benchmarks/ncu_source.py on an H100: stage26's two Gluon kernels on N128_P64_R4_C16)
 PAGES = Path(__file__).parents[2] / "records" / "ncu-source-stage26-h100-68ccb02"
-AUX_PAGE = PAGES / "bwd_bwd_aux_gluon_kernel-sass.csv"
+AUX_PAGE = PAGES / "N128_P64_R4_C16-bwd_bwd_aux_gluon_kernel-sass.csv.gz"
 
 
 def test_source_page_rows_are_the_kernels_instructions():
@@ -72,7 +73,7 @@ def test_executed_instructions_match_the_raw_page_of_another_run():
                              / "events.parquet")
     for kernel in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
         raw = events[(events["variant"] == "stage26_widep") & (events["kernel_name"] == kernel)]["instructions"]
-        page = read_source_page(PAGES / f"{kernel}-sass.csv")
+        page = read_source_page(PAGES / f"N128_P64_R4_C16-{kernel}-sass.csv.gz")
         # equal to a few instructions in 3e8 (the raw page counted 3 more of the aux's than its
         # source page lists: 301826051 against 301826048)
         assert page["executed"].sum() == pytest.approx(raw.iloc[0], abs=8)
@@ -102,7 +103,7 @@ def test_measured_mix_shares_sum_to_the_kernel():
 def test_source_page_errors(tmp_path):
     with pytest.raises(ValueError, match="not an ncu source page"):
         read_source_page("a,b\n1,2\n")
-    lines = AUX_PAGE.read_text().splitlines()
+    lines = gzip.decompress(AUX_PAGE.read_bytes()).decode().splitlines()
     cut = tmp_path / "cut.csv"
     cut.write_text("\n".join(lines[:50] + [lines[50][:40]]) + "\n")
     with pytest.raises(ValueError, match="cut off: line 51"):
@@ -110,3 +111,7 @@ def test_source_page_errors(tmp_path):
     header = lines[1].replace('"Instructions Executed"', '"Something Else"')
     with pytest.raises(ValueError, match="Instructions Executed"):
         read_source_page("\n".join([lines[0], header] + lines[2:10]) + "\n")
+    broken = tmp_path / "page.csv.gz"
+    broken.write_bytes(AUX_PAGE.read_bytes()[:1000])
+    with pytest.raises(ParseError, match="page.csv.gz: cannot read"):
+        read_source_page(broken)

@@ -1,10 +1,11 @@
 """`perf sass`: an ncu source page (the committed H100 pages of stage26's Gluon kernels) per loop
 body, per opcode and by its hottest instructions."""
+import gzip
 from pathlib import Path
 
 from mamba3_perf.cli import main
 
-PAGE = Path(__file__).parents[2] / "records" / "ncu-source-stage26-h100-68ccb02" / "bwd_bwd_aux_gluon_kernel-sass.csv"
+PAGE = Path(__file__).parents[2] / "records" / "ncu-source-stage26-h100-68ccb02" / "N128_P64_R4_C16-bwd_bwd_aux_gluon_kernel-sass.csv.gz"
 
 
 def test_sass_prints_regions_opcodes_and_hot_instructions(capsys):
@@ -24,6 +25,6 @@ def test_sass_refuses_what_is_not_a_source_page(tmp_path, capsys):
     assert main(["sass", str(other)]) == 2
     assert "not an ncu source page" in capsys.readouterr().err
     cut = tmp_path / "cut.csv"
-    cut.write_text(PAGE.read_text()[:5000])
+    cut.write_text(gzip.decompress(PAGE.read_bytes()).decode()[:5000])
     assert main(["sass", str(cut)]) == 2
     assert "cut off" in capsys.readouterr().err
