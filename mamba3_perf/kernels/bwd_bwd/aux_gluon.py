@@ -408,7 +408,11 @@ def supported(meta, wide_p: bool | None = None) -> bool:
     return meta.C * meta.R == 64 and meta.P in widths and meta.N % AUX_NB1 == 0
 
 
-AUX_NB1, AUX_NB = 32, 16  # N columns per step of the k.q^T walk and of the N walk
+# N columns per step of the k.q^T walk and of the N walk. AUX_NB = 32 halves the second walk's
+# steps (and their wgmma descriptor moves) but takes 123-139 KB of shared memory, one program
+# per SM: measured +22 % for this kernel on N128_P64_R4_C16 and N128_P32_R4_C16 on an H100
+# (records/h100-sweep-auxnb-68ccb02.json), so 16 stays
+AUX_NB1, AUX_NB = 32, 16
 
 
 def supports_rotation(meta) -> bool:
