@@ -10,32 +10,15 @@ report's source page as CSV, one row per SASS instruction), and prints what `per
 of it (mamba3_perf.analysis.sass): per loop body and per opcode, the shares of executed
 instructions, stall samples and bank-conflict wavefronts, and the instructions with the most
 stall samples. Needs ncu on PATH and a CUDA device (the stage's own process runs under it,
-mamba3_perf.profile_target).
+mamba3_perf.profile_target). `perf profile --source-page KERNEL` takes the same page per stage
+inside a profile run (mamba3_perf.profile.source_page_commands: the commands of both).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
-import sys
-
-SECTIONS = ("SourceCounters", "WarpStateStats", "LaunchStats", "Occupancy")
-
-
-def profile_command(case, stage: str, kernel: str, report: str) -> list[str]:
-    """ncu over the first launch of ``kernel`` in one run of ``stage`` on ``case``, to ``report``."""
-    sections = [a for s in SECTIONS for a in ("--section", s)]
-    return ["ncu", *sections, "--clock-control", "none", "--kernel-name", kernel, "--launch-count", "1",
-            "--force-overwrite", "--export", report,
-            sys.executable, "-m", "mamba3_perf.profile_target", "--case-json", json.dumps(case.to_dict()),
-            "--variant", stage]
-
-
-def source_command(report: str) -> list[str]:
-    """The report's source page, SASS, as CSV on stdout."""
-    return ["ncu", "--import", report, "--page", "source", "--csv", "--print-source", "sass"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
     from mamba3_perf.bench import select_cases
+    from mamba3_perf.profile import source_page_commands
     from mamba3_perf.reports.console import source_page_tables
     from mamba3_perf.runs import write_text_atomic
 
@@ -57,10 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     (case,) = select_cases(a.case)
     os.makedirs(a.out, exist_ok=True)
     report = os.path.join(a.out, f"{a.kernel}.ncu-rep")
-    res = subprocess.run(profile_command(case, a.stage, a.kernel, report), capture_output=True, text=True)
+    profile_cmd, export_cmd = source_page_commands(case, a.stage, a.kernel, report)
+    res = subprocess.run(profile_cmd, capture_output=True, text=True)
     if res.returncode != 0 or not os.path.exists(report):
         raise SystemExit(f"ncu failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-600:]}")
-    page = subprocess.run(source_command(report), capture_output=True, text=True)
+    page = subprocess.run(export_cmd, capture_output=True, text=True)
     if page.returncode != 0:
         raise SystemExit(f"ncu --page source failed (exit {page.returncode}): {page.stderr.strip()[-600:]}")
     write_text_atomic(os.path.join(a.out, f"{a.kernel}-sass.csv"), page.stdout)

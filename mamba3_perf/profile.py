@@ -11,7 +11,10 @@ Steps (:func:`profile_run`):
    call's time outside kernels). Raw traces are kept under ``<run>/traces/``;
 3. optionally (``hw_metrics``, CUDA, ``ncu`` on PATH) Nsight Compute metrics per variant, from a
    separate process (:mod:`mamba3_perf.profile_target`), merged into the events by kernel name
-   (duration-weighted); any failure there is a warning in run.json, never a crash;
+   (duration-weighted); and (``source_page``: a kernel name) ncu's source page of that kernel's
+   first launch per variant, SASS instruction by instruction (:func:`collect_source_pages`,
+   kept gzipped under ``<run>/traces/``, summed per loop body and opcode in the report); any
+   failure there is a warning in run.json, never a crash;
 4. the run (timings, accuracy, events) via :func:`mamba3_perf.runs.create_run`, then in it
    ``report.md`` + charts (:func:`mamba3_perf.reports.record.write_run_report`) and
    ``timeline.html``.
@@ -240,6 +243,61 @@ def ncu_command(case: Case, variant: str) -> list[str]:
             "--case-json", json.dumps(case.to_dict()), "--variant", variant]
 
 
+SOURCE_SECTIONS = ("SourceCounters", "WarpStateStats", "LaunchStats", "Occupancy")
+
+
+def source_page_commands(case: Case, variant: str, kernel: str, report: str | Path) -> tuple[list[str], list[str]]:
+    """(profile, export): ncu over the first launch of ``kernel`` (a name, or ``regex:...``) in
+    one run of ``variant`` on ``case``, with the sections of the source page, to ``report``; then
+    that report's source page, SASS, as CSV on stdout."""
+    sections = [a for sec in SOURCE_SECTIONS for a in ("--section", sec)]
+    profile = ["ncu", *sections, "--clock-control", "none", "--kernel-name", kernel, "--launch-count", "1",
+               "--force-overwrite", "--export", str(report),
+               sys.executable, "-m", "mamba3_perf.profile_target", "--case-json", json.dumps(case.to_dict()),
+               "--variant", variant]
+    return profile, ["ncu", "--import", str(report), "--page", "source", "--csv", "--print-source", "sass"]
+
+
+def source_page_path(trace_dir: Path, variant: str) -> Path:
+    """Where :func:`collect_source_pages` keeps ``variant``'s page."""
+    return Path(trace_dir) / f"sass-{variant.replace('@', '_')}.csv.gz"
+
+
+def collect_source_pages(case: Case, variants: Sequence[str], kernel: str, trace_dir: Path,
+                         progress: bench.Progress | None = None) -> tuple[list[Path], list[str]]:
+    """(pages written, warnings): ncu's source page of ``kernel`` for each variant
+    (:func:`source_page_commands`), gzipped to :func:`source_page_path` atomically; a variant
+    that does not launch ``kernel``, or any ncu failure, is a warning."""
+    import gzip
+
+    from mamba3_perf.analysis.sass import read_source_page
+    from mamba3_perf.runs import write_bytes_atomic
+
+    if shutil.which("ncu") is None:
+        return [], ["--source-page: ncu is not on PATH; no source page"]
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    pages, warnings = [], []
+    for v in variants:
+        report = trace_dir / f"sass-{v.replace('@', '_')}.ncu-rep"
+        prof, export = source_page_commands(case, v, kernel, report)
+        try:
+            res = subprocess.run(prof, capture_output=True, text=True, timeout=540)
+            if not report.exists():
+                tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
+                warnings.append(f"source page of {kernel} on {v}: no launch profiled (exit {res.returncode}: "
+                                f"{tail[0][:200]})")
+            else:
+                page = subprocess.run(export, capture_output=True, text=True, timeout=300, check=True).stdout
+                read_source_page(page)  # a page, or a ParseError now rather than in the report
+                pages.append(write_bytes_atomic(source_page_path(trace_dir, v), gzip.compress(page.encode())))
+                report.unlink()
+        except (OSError, subprocess.SubprocessError, Mamba3PerfError) as e:
+            warnings.append(f"source page of {kernel} on {v}: {bench.first_line(e)}")
+        if progress:
+            progress(f"source page {v}")
+    return pages, warnings
+
+
 def collect_ncu(case: Case, variants: Sequence[str], trace_dir: Path,
                 progress: bench.Progress | None = None) -> tuple[pd.DataFrame, list[str]]:
     """(ncu KERNEL_EVENTS of every variant, warnings); failures become warnings."""
@@ -327,16 +385,17 @@ def hopper_only_warning(variants: Sequence[str], device: str) -> str | None:
             "launches its parent stage's kernels")
 
 
-def n_steps(n_variants: int, *, hw_metrics: bool) -> int:
-    """Progress steps of :func:`profile_run`: measure, trace (and ncu) per variant."""
-    return n_variants * (3 if hw_metrics else 2)
+def n_steps(n_variants: int, *, hw_metrics: bool, source_page: bool = False) -> int:
+    """Progress steps of :func:`profile_run`: measure, trace (ncu, the source page) per variant."""
+    return n_variants * (2 + hw_metrics + source_page)
 
 
 def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | Path,
                 name: str | None = None, tilelang: bool = True, hw_metrics: bool = False,
-                baseline: pd.DataFrame | None = None,
+                source_page: str | None = None, baseline: pd.DataFrame | None = None,
                 progress: bench.Progress | None = None) -> ProfileResult:
-    """Measure, trace and store ``case`` x ``stages``; write report.md, charts and timeline."""
+    """Measure, trace and store ``case`` x ``stages``; write report.md, charts and timeline.
+    ``source_page``: also ncu's source page of that kernel per variant (CUDA)."""
     from mamba3_perf.reports.record import write_run_report
     from mamba3_perf.runs import create_run, read_run
 
@@ -349,6 +408,8 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
     warnings: list[str] = []
     if hw_metrics and backend.name != "cuda":
         warnings.append(f"--hw-metrics: Nsight Compute needs CUDA; backend is {backend.name}")
+    if source_page and backend.name != "cuda":
+        warnings.append(f"--source-page: Nsight Compute needs CUDA; backend is {backend.name}")
     if (hopper := hopper_only_warning(variants, backend.device)):
         warnings.append(hopper)
     name = name or bench.default_run_name(f"profile-{case.id}")
@@ -357,9 +418,10 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
         trace_dir = Path(w.path) / "traces"
         events = trace_variants(case, traced, backend, trace_dir, progress)
         ncu = hw_metrics and backend.name == "cuda"
+        page = bool(source_page) and backend.name == "cuda"
         for v in variants:
             if progress and v not in timed:  # keep the step count of n_steps()
-                for _ in range(2 if ncu else 1):
+                for _ in range(1 + ncu + page):
                     progress(f"{v}: not traced")
         if ncu:
             hw, warn = collect_ncu(case, traced, trace_dir, progress)
@@ -368,6 +430,10 @@ def profile_run(case: Case, stages: Sequence[str], backend, *, out_root: str | P
                 events = merge_metrics(events, hw)
             except Exception as e:  # best effort by contract
                 warnings.append(f"merging ncu metrics: {bench.first_line(e)}")
+        if page:
+            _, warn = collect_source_pages(case, traced, source_page, trace_dir, progress)
+            warnings += warn
+            w.meta["source_page_kernel"] = source_page
         w.meta["warnings"] = list(warnings)
         w.write_table("timings", timings)
         w.write_table("accuracy", accuracy)

@@ -96,17 +96,22 @@ def _check_meta(meta: Mapping) -> None:
         raise RunStoreError(f"run metadata: timing_kind must be one of {TIMING_KINDS}, got {kind!r}")
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to a hidden sibling, then rename it over ``path`` (readers never see half)."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to a hidden sibling, then rename it over ``path`` (readers never see half)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 class RunWriter:

@@ -55,3 +55,47 @@ def test_a_stage_with_no_recorded_launch_is_timed_whole(monkeypatch):
     ev = prof._trace_interpreter(lambda: None, "stage6_statepass", CASE, origin=time.perf_counter())
     assert ev["kernel_name"].tolist() == ["stage6_statepass (whole stage, host-timed)"]
     assert ev["stage_tag"].tolist() == ["other"]
+
+
+def test_source_pages_are_collected_per_variant_through_ncu(tmp_path, monkeypatch):
+    """collect_source_pages with ncu stood in for: the page of a variant that launched the kernel
+    is kept gzipped (and the ncu report removed); one that did not is a warning."""
+    import gzip
+    import subprocess
+    from pathlib import Path
+
+    from mamba3_perf import profile as prof
+    from mamba3_perf.analysis.sass import read_source_page
+
+    page = (Path(__file__).parents[1] / "records" / "ncu-source-stage26-h100-68ccb02"
+            / "N128_P64_R4_C16-bwd_bwd_aux_gluon_kernel-sass.csv.gz")
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--export" in cmd:  # the profile: a report only where the variant launches the kernel
+            if cmd[-1] == "stage26_widep":
+                Path(cmd[cmd.index("--export") + 1]).write_bytes(b"report")
+                return subprocess.CompletedProcess(cmd, 0, "", "")
+            return subprocess.CompletedProcess(cmd, 0, "", "==WARNING== No kernels were profiled.")
+        return subprocess.CompletedProcess(cmd, 0, gzip.decompress(page.read_bytes()).decode(), "")
+
+    monkeypatch.setattr(prof.shutil, "which", lambda name: "/usr/bin/ncu")
+    monkeypatch.setattr(prof.subprocess, "run", fake_run)
+    pages, warnings = prof.collect_source_pages(CASE, ["stage26_widep", "stage0"], "regex:aux_gluon", tmp_path)
+    assert pages == [tmp_path / "sass-stage26_widep.csv.gz"] and len(read_source_page(pages[0])) == 4192
+    assert not list(tmp_path.glob("*.ncu-rep")) and not list(tmp_path.glob(".*"))
+    assert len(warnings) == 1 and "on stage0: no launch profiled" in warnings[0] and "No kernels" in warnings[0]
+    profile_cmd = calls[0]
+    assert profile_cmd[:1] == ["ncu"] and "SourceCounters" in profile_cmd and "WarpStateStats" in profile_cmd
+    assert profile_cmd[profile_cmd.index("--kernel-name") + 1] == "regex:aux_gluon"
+    assert calls[1] == ["ncu", "--import", str(tmp_path / "sass-stage26_widep.ncu-rep"), "--page", "source", "--csv",
+                        "--print-source", "sass"]
+
+
+def test_source_pages_without_ncu_are_a_warning(tmp_path, monkeypatch):
+    from mamba3_perf import profile as prof
+
+    monkeypatch.setattr(prof.shutil, "which", lambda name: None)
+    assert prof.collect_source_pages(CASE, ["stage0"], "k", tmp_path) == (
+        [], ["--source-page: ncu is not on PATH; no source page"])

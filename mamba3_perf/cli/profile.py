@@ -31,6 +31,10 @@ def profile(
                                                            "on the device it names"),
     hw_metrics: bool = typer.Option(False, "--hw-metrics", help="add Nsight Compute metrics (CUDA, ncu): "
                                     "pipe utilization, DRAM bytes, instructions, warp stalls"),
+    source_page: Optional[str] = typer.Option(None, "--source-page", metavar="KERNEL",
+                                              help="add Nsight Compute's source page of KERNEL (a name or "
+                                                   "regex:...) per stage (CUDA, ncu): its instructions, stall "
+                                                   "samples and bank conflicts per loop body and opcode"),
     force: bool = typer.Option(False, "--force", help="run a shape the CPU interpreter would take long on"),
     no_tilelang: bool = typer.Option(False, "--no-tilelang", help="skip the live upstream TileLang row"),
 ):
@@ -54,10 +58,11 @@ def profile(
         typer.echo(f"{c.id}: about {est:.0f} s on the interpreter")
     baseline = load_gpu_baseline(gpu_baseline) if gpu_baseline is not None else None
     variants, _ = prof.variants_of(stage_list, bk, tilelang=not no_tilelang)
-    steps = prof.n_steps(len(variants), hw_metrics=hw_metrics and bk.name == "cuda")
+    steps = prof.n_steps(len(variants), hw_metrics=hw_metrics and bk.name == "cuda",
+                         source_page=bool(source_page) and bk.name == "cuda")
     with progress_bar(steps, "profile") as progress:
         res = prof.profile_run(c, stage_list, bk, out_root=out, name=name,
-                               tilelang=not no_tilelang, hw_metrics=hw_metrics,
+                               tilelang=not no_tilelang, hw_metrics=hw_metrics, source_page=source_page,
                                baseline=baseline, progress=progress)
     typer.echo(console_text(res.report, title=run_title(f"{res.run_path.name}: {c.shape_label}", bk)))
     for w in res.warnings:

@@ -1,8 +1,9 @@
 """The optimization record of a run, as markdown.
 
 Sections: what/when/where, baseline and goal, bottleneck found, per-kernel hardware figures
-(where the trace has them: occupancy, warp stalls, DRAM bytes), per-step gains, speedup per
-shape, not-runnable list, gap to GPU TileLang and to the limits. When the run's timing_kind
+(where the trace has them: occupancy, warp stalls, DRAM bytes), where one kernel's instructions
+go (where the run has ncu source pages), per-step gains, speedup per shape, not-runnable list,
+gap to GPU TileLang and to the limits. When the run's timing_kind
 is "interpreter" the first line says so: such times are Triton-interpreter times on a CPU and
 say nothing about the device.
 """
@@ -160,6 +161,41 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
 
 
+SOURCE_REGION_MIN_PCT = 1.0  # loop bodies under this share of the stall samples are left out
+SOURCE_OPCODES = 8
+
+
+def _source_pages(pages: dict[str, pd.DataFrame] | None, kernel: str | None) -> str:
+    """Per variant, its ncu source page of ``kernel`` (mamba3_perf.analysis.sass) summed per loop
+    body (those with at least SOURCE_REGION_MIN_PCT % of the samples) and its leading opcodes."""
+    from mamba3_perf.analysis.sass import measured_mix, measured_regions
+
+    if not pages:
+        return ""
+    blocks = [f"## Where {_cell(kernel or 'the kernel')}'s instructions go (Nsight Compute source page)",
+              "Shares of the kernel's executed warp instructions, warp stall samples and shared-memory "
+              "wavefronts beyond the ideal (bank conflicts), per loop body and per opcode; leading stall "
+              "reasons in % of all samples (`perf sass` prints a page in full)."]
+    for variant, df in pages.items():
+        reg = measured_regions(df)
+        reg = reg[(reg["region"] == "kernel") | (reg["samples_%"] >= SOURCE_REGION_MIN_PCT)]
+        mix = measured_mix(df).head(SOURCE_OPCODES)
+        blocks.append(f"### {_cell(variant)}")
+        blocks.append(_md_table(["region", "SASS", "executed", "stall samples", "excess smem wavefronts",
+                                 "leading stalls"],
+                                [[r["region"], r["instructions"], _pct(r["executed_%"]), _pct(r["samples_%"]),
+                                  _pct(r["smem_excess_%"]), r["top_stalls"]] for r in reg.to_dict("records")]))
+        blocks.append(_md_table(["opcode", "kind", "SASS", "executed", "stall samples", "excess smem wavefronts"],
+                                [[r["op"], r["kind"], r["instructions"], _pct(r["executed_%"]),
+                                  _pct(r["samples_%"]), _pct(r["smem_excess_wavefronts_%"])]
+                                 for r in mix.to_dict("records")]))
+    return "\n\n".join(blocks)
+
+
+def _pct(v) -> str:
+    return f"{v:.1f} %"
+
+
 def _pct_cell(v) -> str:
     return "-" if v is None or pd.isna(v) else f"{v:.1f} %"
 
@@ -219,13 +255,15 @@ def _gaps(table: pd.DataFrame, best: str | None, *, device_times: bool = True) -
 
 def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary, *,
                         breakdown: pd.DataFrame | None = None, kernels: pd.DataFrame | None = None,
-                        title: str | None = None) -> str:
+                        source_pages: dict[str, pd.DataFrame] | None = None, title: str | None = None) -> str:
     """The record as markdown.
 
     ``meta`` is the run's run.json; ``table`` is ladder_table output (with_limits columns
     optional); ``summary`` is summarize_ladder(table); ``breakdown`` has stage_tag, total_us,
     share, count, metric means, optionally per ``variant``; ``kernels`` the run's whole-kernel
-    events (KERNEL_EVENTS), for the per-kernel section.
+    events (KERNEL_EVENTS), for the per-kernel section; ``source_pages`` variant -> ncu source
+    page (mamba3_perf.analysis.sass.read_source_page) of the kernel run.json names
+    (``source_page_kernel``).
     """
     best = _best_variant(table)
     name = title or f"bwd_bwd optimization record: {meta.get('device') or 'unknown device'}"
@@ -237,6 +275,9 @@ def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary,
     per_kernel = _per_kernel(kernels, best, device_for(meta.get("device")))
     if per_kernel:
         blocks.append(per_kernel)
+    pages = _source_pages(source_pages, meta.get("source_page_kernel"))
+    if pages:
+        blocks.append(pages)
     blocks += [_step_gains(summary), _per_shape(table), _not_runnable(table),
                _gaps(table, best, device_times=meta.get("timing_kind") != "interpreter")]
     if summary.stage0_not_runnable:

@@ -95,16 +95,34 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     occupancy = kernel_occupancy(kernels, spec) if kernels is not None else None
     extra = dict(stalls=stalls, traffic=traffic, occupancy=occupancy, device=spec)
     md = Path(md_path) if md_path is not None else run.path / "report.md"
-    write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown, kernels=kernels))
+    pages, notes = run_source_pages(run)
+    write_text_atomic(md, optimization_record(run.meta, table, summary, breakdown=breakdown, kernels=kernels,
+                                              source_pages=pages))
     try:
         from mamba3_perf.reports.charts import speedup_ladder_chart, stage_breakdown_chart
     except ImportError as e:
-        return RunReport(table, summary, breakdown, (md,), (f"no HTML charts: {e}",), **extra)
+        return RunReport(table, summary, breakdown, (md,), (*notes, f"no HTML charts: {e}"), **extra)
     written = [md, write_html(speedup_ladder_chart(table), md.with_name(md.stem + "-ladder.html"))]
     if breakdown is not None and not breakdown.empty:
         written.append(write_html(stage_breakdown_chart(breakdown),
                                   md.with_name(md.stem + "-breakdown.html")))
-    return RunReport(table, summary, breakdown, tuple(written), **extra)
+    return RunReport(table, summary, breakdown, tuple(written), tuple(notes), **extra)
+
+
+def run_source_pages(run) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """(variant -> page, notes): the ncu source pages ``perf profile --source-page`` kept in the
+    run (profile.source_page_path); a page that does not read is a note, not an error."""
+    from mamba3_perf.analysis.sass import read_source_page
+    from mamba3_perf.errors import ParseError
+
+    pages, notes = {}, []
+    for path in sorted((Path(run.path) / "traces").glob("sass-*.csv.gz")):
+        variant = path.name[len("sass-"):-len(".csv.gz")]
+        try:
+            pages[variant] = read_source_page(path)
+        except ParseError as e:
+            notes.append(f"source page {path.name} left out: {e}")
+    return pages, notes
 
 
 def console_text(rep: RunReport, *, title: str) -> str:

@@ -48,3 +48,13 @@ def test_large_shape_on_cpu_is_refused_with_estimate(tmp_path, capsys):
 def test_profile_help():
     res = runner.invoke(app, ["profile", "--help"])
     assert res.exit_code == 0 and "--hw-metrics" in res.output
+
+
+def test_source_page_on_cpu_is_a_warning_and_the_run_completes(tmp_path):
+    res = runner.invoke(app, ["profile", "--stages", "stage0", "--out", str(tmp_path), "--name", "p2",
+                              "--source-page", "bwd_bwd_fused_kernel"])
+    assert res.exit_code == 0, res.output
+    assert "warning: --source-page: Nsight Compute needs CUDA; backend is cpu" in res.output
+    run = read_run(tmp_path / "p2")
+    assert "source_page_kernel" not in run.meta and not list((run.path / "traces").glob("sass-*"))
+    assert "instructions go" not in (run.path / "report.md").read_text()

@@ -1,4 +1,5 @@
 """Console, markdown, charts and timeline outputs from synthetic frames; HTML escaping."""
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -150,3 +151,31 @@ def test_markdown_record_of_the_recorded_h100_run(tmp_path):
     assert "4904 µs over 3 launches" in md and "at NVIDIA H100's 3.4 TB/s" in md
     gap = md.split("## Gap to GPU TileLang")[1]
     assert "No TileLang time" in gap and "| N128_P64_R4_C16 | 2793 | - | - | - |" in gap
+
+
+def test_markdown_record_with_a_source_page(tmp_path):
+    """A run with an ncu source page in traces/ (`perf profile --source-page`): the record sums it
+    per loop body and opcode; a page that does not read is a note, not a failure."""
+    import shutil
+
+    from mamba3_perf import runs
+    from mamba3_perf.reports.record import write_run_report
+
+    rec = Path(__file__).resolve().parents[2] / "records"
+    shutil.copytree(rec / "profile-N128_P64_R4_C16-auxdq-h100-d57951a", tmp_path / "run")
+    shutil.copy(rec / "ncu-source-stage26-h100-68ccb02" / "N128_P64_R4_C16-bwd_bwd_aux_gluon_kernel-sass.csv.gz",
+                tmp_path / "run" / "traces" / "sass-stage26_widep.csv.gz")
+    (tmp_path / "run" / "traces" / "sass-stage29_auxdq.csv.gz").write_bytes(b"not gzip")
+    run_json = tmp_path / "run" / "run.json"
+    meta = json.loads(run_json.read_text())
+    meta["source_page_kernel"] = "bwd_bwd_aux_gluon_kernel"
+    run_json.write_text(json.dumps(meta))
+    rep = write_run_report(runs.read_run(tmp_path / "run"), tmp_path / "report.md")
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## Where bwd_bwd_aux_gluon_kernel's instructions go (Nsight Compute source page)")[1]
+    section = section.split("\n## ")[0]
+    assert "### stage26_widep" in section and "### stage29_auxdq" not in section
+    walk = next(line for line in section.splitlines() if line.startswith("| loop 0xda50-0x101a0"))
+    assert walk.startswith("| loop 0xda50-0x101a0 | 630 | 53.9 % | 45.5 % | 55.6 % |")
+    assert "| R2UR | int | 231 | 13.6 % |" in section
+    assert any("sass-stage29_auxdq.csv.gz left out" in n for n in rep.notes)
