@@ -8,6 +8,8 @@
 # outlasted phase1_s is then recorded "not runnable" in its case's record (ladder.py --skip).
 # usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel] [unit]
 # e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
+# LADDER_FLAGS (environment): more benchmarks/ladder.py flags for the timing phase, e.g.
+# LADDER_FLAGS=--cuda-graph to time CUDA-graph replays (device time without the host's launches).
 # Put WORK outside $OUT: the device tool brings back only a few files per call, and a run of eleven
 # cases writes a JSON and a log per case (a run of this script lost its records that way:
 # files_left_out "(count)"). Where $OUT is set, the script packs WORK/cases and the compile
@@ -30,7 +32,7 @@ for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.joi
     fi
   done
   timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages "$stages" --rounds "$rounds" "${skip[@]}" \
-    --out /tmp/ladder-runs --warmup-ms 10 --rep-ms 60 --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
+    --out /tmp/ladder-runs --warmup-ms 10 --rep-ms 60 ${LADDER_FLAGS:-} --json "$work/cases/$c.json" > "$work/cases/$c.log" 2>&1
   echo "  timed $c rc=$? $(( $(date +%s) - t0 ))s"
 done
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
