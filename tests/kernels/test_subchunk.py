@@ -86,6 +86,12 @@ def test_scratch_views_are_aligned_disjoint_and_shaped(case_meta):
     assert s["DST"].shape == (meta.B, meta.H, meta.nchunks, meta.N, meta.P)
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    # one allocation; the views' layout is worked out once per sizes and names
+    from mamba3_perf.kernels.bwd_bwd.common import _scratch_layout
+    assert len({t.untyped_storage().data_ptr() for t in s.values()}) == 1
+    hits = _scratch_layout.cache_info().hits
+    alloc_scratch(meta, "cpu", list(names))
+    assert _scratch_layout.cache_info().hits == hits + 1
 
 
 @pytest.mark.parametrize("knob", ["PRE_HEADS_INNER", "POST_HEADS_INNER"])
@@ -137,3 +143,4 @@ def test_qk_inputs_only_where_the_aux_reads_no_qb_kb(case_meta):
 
     with pytest.raises(ValueError, match="diag_blocks"):
         stage7_streamaux.run_with({}, {}, case_meta("small-N256_P64_R4_C8"), low_precision=True, qk_inputs=True)
+

@@ -565,9 +565,20 @@ def alloc_scratch(meta, device, names) -> dict:
     DST [B,H,nc,N,P] (dstates per chunk), DMVP [B,H,nc,R,P] (DMIMO_V per chunk), GDB
     [B,H,nc,C*R,R] (same-step blocks of the diagonal terms' weights), COS / SIN [B,S,H,RD] (cos /
     sin of the angles, laid out as they are).
-    """
-    B, H, S, N, P, R, C = meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C
-    nc = meta.nchunks
+
+    One allocation, one strided view per buffer (a torch.empty per buffer cost the host ~5 us
+    each, and the host bounds the smaller shapes); the views' offsets, shapes and strides are
+    worked out once per (sizes, names) (:func:`_scratch_layout`)."""
+    total, layout = _scratch_layout(meta.B, meta.H, meta.S, meta.N, meta.P, meta.R, meta.C, meta.RD, tuple(names))
+    flat = torch.empty(total, dtype=torch.float32, device=device)
+    return {n: flat.as_strided(shape, stride, offset) for n, offset, shape, stride in layout}
+
+
+@functools.lru_cache(maxsize=256)
+def _scratch_layout(B: int, H: int, S: int, N: int, P: int, R: int, C: int, RD: int, names: tuple) -> tuple:
+    """(elements in all, ((name, offset, shape, contiguous strides), ...)) of :func:`alloc_scratch`'s
+    views; each starts on a SCRATCH_ALIGN-element boundary (TMA needs 16-byte aligned bases)."""
+    nc = S // C
     shapes = {
         "QB": (B, H, nc, C * R, N), "KB": (B, H, nc, C * R, N), "QR": (B, H, nc, C * R, N),
         "KR": (B, H, nc, C * R, N), "PSIV": (B, H, nc, C * R, P), "DPHIO": (B, H, nc, C * R, P),
@@ -576,18 +587,15 @@ def alloc_scratch(meta, device, names) -> dict:
         "DPSIV": (B, H, nc, C * R, P), "DKS": (B, H, nc, C * R, N), "DQR": (B, H, nc, C * R, N),
         "DQD": (B, H, nc, C * R, N), "DKD": (B, H, nc, C * R, N), "DDP": (B, H, nc),
         "DKR": (B, H, nc, C * R, N), "DST": (B, H, nc, N, P), "DMVP": (B, H, nc, R, P),
-        "GDB": (B, H, nc, C * R, R), "COS": (B, S, H, meta.RD), "SIN": (B, S, H, meta.RD),
+        "GDB": (B, H, nc, C * R, R), "COS": (B, S, H, RD), "SIN": (B, S, H, RD),
     }
-    # one allocation, one view per buffer (a torch.empty per buffer cost the host ~5 us each, and
-    # the host bounds the smaller shapes); each view starts on a SCRATCH_ALIGN-element boundary
-    # (TMA needs 16-byte aligned bases)
-    sizes = {n: math.prod(shapes[n]) for n in names}
-    offsets, total = {}, 0
+    layout, total = [], 0
     for n in names:
-        offsets[n] = total
-        total += triton.cdiv(sizes[n], SCRATCH_ALIGN) * SCRATCH_ALIGN
-    flat = torch.empty(total, dtype=torch.float32, device=device)
-    return {n: flat[offsets[n]:offsets[n] + sizes[n]].view(shapes[n]) for n in names}
+        shape = shapes[n]
+        stride = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+        layout.append((n, total, shape, stride))
+        total += -(-math.prod(shape) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return total, tuple(layout)
 
 
 SCRATCH_ALIGN = 64  # fp32 elements: 256 bytes

@@ -232,7 +232,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     names = (PRE_SCRATCH + AUX_SCRATCH + ("DKR", "DST", "DMVP") + (("GDB",) if diag_blocks else ())
              + (ANGLE_CS if rot_inline else ()))
     s = alloc_scratch(meta, x["q"].device, [n for n in names if n not in skip])
-    s.update({n: torch.empty(0, device=x["q"].device) for n in skip})
+    unused = torch.empty(0, device=x["q"].device)  # one stand-in pointer for every skipped buffer
+    s.update(dict.fromkeys(skip, unused))
     rot = dict(rot_inline=True) if rot_inline else {}
     pre(x, s, meta, inputs=inputs, **(dict(qk_inputs=True) if qk_inputs else {}), **rot)
     (aux or launch_aux)(x, s, out, meta, low_precision=low_precision, inputs=inputs, launch=aux_launch,
