@@ -278,7 +278,8 @@ def collect_source_pages(case: Case, variants: Sequence[str], kernel: str, trace
     trace_dir.mkdir(parents=True, exist_ok=True)
     pages, warnings = [], []
     for v in variants:
-        report = trace_dir / f"sass-{v.replace('@', '_')}.ncu-rep"
+        page_path = source_page_path(trace_dir, v)
+        report = page_path.with_name(page_path.name.replace(".csv.gz", ".ncu-rep"))
         prof, export = source_page_commands(case, v, kernel, report)
         try:
             res = subprocess.run(prof, capture_output=True, text=True, timeout=540)
@@ -289,10 +290,11 @@ def collect_source_pages(case: Case, variants: Sequence[str], kernel: str, trace
             else:
                 page = subprocess.run(export, capture_output=True, text=True, timeout=300, check=True).stdout
                 read_source_page(page)  # a page, or a ParseError now rather than in the report
-                pages.append(write_bytes_atomic(source_page_path(trace_dir, v), gzip.compress(page.encode())))
-                report.unlink()
+                pages.append(write_bytes_atomic(page_path, gzip.compress(page.encode())))
         except (OSError, subprocess.SubprocessError, Mamba3PerfError) as e:
             warnings.append(f"source page of {kernel} on {v}: {bench.first_line(e)}")
+        finally:
+            report.unlink(missing_ok=True)  # the CSV holds what the report says; it is megabytes
         if progress:
             progress(f"source page {v}")
     return pages, warnings

@@ -1,4 +1,5 @@
-"""Static instruction mix of a compiled GPU kernel, from its SASS listing (``nvdisasm -c``).
+"""Instruction mix of a compiled GPU kernel: static, from its SASS listing (``nvdisasm -c``), and
+measured, from Nsight Compute's source page.
 
 What a kernel executes is (roughly) its loop bodies times their trip counts; Nsight Compute
 measures the total on the device (``instructions`` in the trace schema), this reads the code
@@ -8,12 +9,12 @@ so that a kernel change can be judged before it runs: how many instructions one 
 chunk step costs, how many of them are spill traffic (``local``), shuffles, address arithmetic.
 ``benchmarks/ptxas_stage.py --sass`` prints it for every kernel a stage launches.
 
-Kinds (by the opcode's first part; uniform-datapath ``U...`` ops count with their base op):
 What a kernel executed and where its warps waited, per instruction, is Nsight Compute's source
 page (``ncu --import R --page source --csv --print-source sass``, benchmarks/ncu_source.py):
 :func:`read_source_page` reads it into the same rows (plus the measured columns) and
-:func:`measured_regions` / :func:`measured_mix` sum it per loop body and per kind.
+:func:`measured_regions` / :func:`measured_mix` sum it per loop body and per opcode (``perf sass``).
 
+Kinds (by the opcode's first part; uniform-datapath ``U...`` ops count with their base op):
 ``mma`` tensor-core ops, ``global`` / ``shared`` / ``local`` memory ops (``local`` is LDL /
 STL: register spills), ``float`` arithmetic and compares, ``convert``, ``int`` (integer and
 address arithmetic, moves, constants, predicates), ``shuffle``, ``control`` (branches,
@@ -129,9 +130,8 @@ _HEX = re.compile(r"0x([0-9a-f]+)")
 
 def read_source_page(source) -> pd.DataFrame:
     """One row per SASS instruction of an ncu source page (CSV: a path, gzipped where it ends in
-    .gz, or its text): ``addr``
-    (bytes from the kernel's first instruction), ``opcode``, ``kind``, ``target`` (a branch's
-    target, same offsets, else -1), ``samples`` / ``samples_not_issued`` (warp stall samples at
+    .gz, or its text): ``addr`` (bytes from the kernel's first instruction), ``opcode``, ``kind``,
+    ``target`` (a branch's target, same offsets, else -1), ``samples`` / ``samples_not_issued`` (warp stall samples at
     the instruction), ``executed`` (warp-level instructions executed), ``smem_wavefronts`` /
     ``smem_excess_wavefronts`` (shared-memory wavefronts, and those beyond the ideal: bank
     conflicts) and a ``stall_REASON`` column per stall reason ncu sampled (all samples).
@@ -171,7 +171,7 @@ def read_source_page(source) -> pd.DataFrame:
     absolute = df["address"].map(lambda a: int(a, 16))
     base = int(absolute.min())
     df["addr"] = absolute - base
-    df["opcode"] = df["source"].map(lambda t: (_OPCODE.match(t) or _OPCODE.match("UNKNOWN")).group(1))
+    df["opcode"] = [m.group(1) if (m := _OPCODE.match(t)) else "UNKNOWN" for t in df["source"]]
     df["kind"] = df["opcode"].map(kind)
     df["target"] = [int(m.group(1), 16) - base if op.startswith("BRA") and (m := _HEX.search(t.split("BRA", 1)[1]))
                     else -1 for op, t in zip(df["opcode"], df["source"])]

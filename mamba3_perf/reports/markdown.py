@@ -3,9 +3,8 @@
 Sections: what/when/where, baseline and goal, bottleneck found, per-kernel hardware figures
 (where the trace has them: occupancy, warp stalls, DRAM bytes), where one kernel's instructions
 go (where the run has ncu source pages), per-step gains, speedup per shape, not-runnable list,
-gap to GPU TileLang and to the limits. When the run's timing_kind
-is "interpreter" the first line says so: such times are Triton-interpreter times on a CPU and
-say nothing about the device.
+gap to GPU TileLang and to the limits. When the run's timing_kind is "interpreter" the first
+line says so: such times are Triton-interpreter times on a CPU and say nothing about the device.
 """
 from __future__ import annotations
 
@@ -183,17 +182,13 @@ def _source_pages(pages: dict[str, pd.DataFrame] | None, kernel: str | None) -> 
         blocks.append(f"### {_cell(variant)}")
         blocks.append(_md_table(["region", "SASS", "executed", "stall samples", "excess smem wavefronts",
                                  "leading stalls"],
-                                [[r["region"], r["instructions"], _pct(r["executed_%"]), _pct(r["samples_%"]),
-                                  _pct(r["smem_excess_%"]), r["top_stalls"]] for r in reg.to_dict("records")]))
+                                [[r["region"], r["instructions"], _pct_cell(r["executed_%"]), _pct_cell(r["samples_%"]),
+                                  _pct_cell(r["smem_excess_%"]), r["top_stalls"]] for r in reg.to_dict("records")]))
         blocks.append(_md_table(["opcode", "kind", "SASS", "executed", "stall samples", "excess smem wavefronts"],
-                                [[r["op"], r["kind"], r["instructions"], _pct(r["executed_%"]),
-                                  _pct(r["samples_%"]), _pct(r["smem_excess_wavefronts_%"])]
+                                [[r["op"], r["kind"], r["instructions"], _pct_cell(r["executed_%"]),
+                                  _pct_cell(r["samples_%"]), _pct_cell(r["smem_excess_wavefronts_%"])]
                                  for r in mix.to_dict("records")]))
     return "\n\n".join(blocks)
-
-
-def _pct(v) -> str:
-    return f"{v:.1f} %"
 
 
 def _pct_cell(v) -> str:
