@@ -61,6 +61,9 @@ def detect_file(path: Path) -> str:
         return "ncu"
     if data and "(us)" in data[0]:
         return "kernel_table"  # kernel_details / op_summary (op_statistic is refused by the parser)
+    if data[1:2] and data[1].startswith('"Address","Source"'):
+        raise ParseError(f"{path}: an ncu source page (per SASS instruction, not per kernel launch): "
+                         f"read it with `perf sass {path.name}`")
     raise ParseError(f"{path}: unknown trace layout (first line {lines[0][:80] if lines else ''!r})")
 
 

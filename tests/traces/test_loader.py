@@ -81,3 +81,14 @@ def test_large_trace_is_streamed_with_bounded_memory_and_progress(tmp_path, monk
     assert peak < size / 4, f"peak {peak} bytes for a {size}-byte file"
     assert len(seen) > 2 and seen[-1] == (size, size)
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+
+
+def test_an_ncu_source_page_is_pointed_to_perf_sass(tmp_path):
+    import gzip
+
+    page = (Path(__file__).parents[2] / "records" / "ncu-source-stage26-h100-68ccb02"
+            / "N128_P64_R4_C16-bwd_bwd_state_terms_gluon_kernel-sass.csv.gz")
+    f = tmp_path / "terms.csv"
+    f.write_text(gzip.decompress(page.read_bytes()).decode())
+    with pytest.raises(ParseError, match="an ncu source page .*`perf sass terms.csv`"):
+        load(f)
