@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=40)
     a = ap.parse_args(argv)
 
-    from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
+    from mamba3_perf.analysis.sass import read_source_page
     from mamba3_perf.bench import select_cases
     from mamba3_perf.profile import source_page_commands
     from mamba3_perf.reports.console import source_page_tables
@@ -49,10 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     if page.returncode != 0:
         raise SystemExit(f"ncu --page source failed (exit {page.returncode}): {page.stderr.strip()[-600:]}")
     write_text_atomic(os.path.join(a.out, f"{a.kernel}-sass.csv"), page.stdout)
-    df = read_source_page(page.stdout)
-    hot = df.nlargest(a.rows, "samples")
-    hot.attrs["samples_total"] = float(df["samples"].sum())
-    print(source_page_tables(measured_regions(df), measured_mix(df).head(a.rows), hot, title=a.kernel))
+    print(source_page_tables(read_source_page(page.stdout), rows=a.rows, title=a.kernel))
 
 
 if __name__ == "__main__":

@@ -258,19 +258,15 @@ def source_page_commands(case: Case, variant: str, kernel: str, report: str | Pa
     return profile, ["ncu", "--import", str(report), "--page", "source", "--csv", "--print-source", "sass"]
 
 
-def source_page_path(trace_dir: Path, variant: str) -> Path:
-    """Where :func:`collect_source_pages` keeps ``variant``'s page."""
-    return Path(trace_dir) / f"sass-{variant.replace('@', '_')}.csv.gz"
-
-
 def collect_source_pages(case: Case, variants: Sequence[str], kernel: str, trace_dir: Path,
                          progress: bench.Progress | None = None) -> tuple[list[Path], list[str]]:
     """(pages written, warnings): ncu's source page of ``kernel`` for each variant
-    (:func:`source_page_commands`), gzipped to :func:`source_page_path` atomically; a variant
+    (:func:`source_page_commands`), gzipped to reports.record.source_page_path atomically; a variant
     that does not launch ``kernel``, or any ncu failure, is a warning."""
     import gzip
 
     from mamba3_perf.analysis.sass import read_source_page
+    from mamba3_perf.reports.record import SOURCE_PAGE_SUFFIX, source_page_path
     from mamba3_perf.runs import write_bytes_atomic
 
     if shutil.which("ncu") is None:
@@ -279,7 +275,7 @@ def collect_source_pages(case: Case, variants: Sequence[str], kernel: str, trace
     pages, warnings = [], []
     for v in variants:
         page_path = source_page_path(trace_dir, v)
-        report = page_path.with_name(page_path.name.replace(".csv.gz", ".ncu-rep"))
+        report = page_path.with_name(page_path.name.replace(SOURCE_PAGE_SUFFIX, ".ncu-rep"))
         prof, export = source_page_commands(case, v, kernel, report)
         try:
             res = subprocess.run(prof, capture_output=True, text=True, timeout=540)

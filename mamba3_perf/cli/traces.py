@@ -78,14 +78,11 @@ def sass_page(
     rows: int = typer.Option(15, "--rows", min=1, help="opcodes and hottest instructions to show"),
 ):
     """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode."""
-    from mamba3_perf.analysis.sass import measured_mix, measured_regions, read_source_page
+    from mamba3_perf.analysis.sass import read_source_page
     from mamba3_perf.errors import ParseError
     from mamba3_perf.reports.console import source_page_tables
 
     if not path.is_file():
         raise ParseError(f"{path}: no such file")
-    df = read_source_page(path)
-    hot = df.nlargest(rows, "samples")
-    hot.attrs["samples_total"] = float(df["samples"].sum())
-    Console().print(source_page_tables(measured_regions(df), measured_mix(df).head(rows), hot, title=path.name),
+    Console().print(source_page_tables(read_source_page(path), rows=rows, title=path.name),
                     soft_wrap=True, markup=False, highlight=False)

@@ -210,20 +210,22 @@ def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",
     return render(_table(title, cols, rows), width=width)
 
 
-def source_page_tables(regions: pd.DataFrame, mix: pd.DataFrame, hot: pd.DataFrame, *, title: str,
-                       width: int = 160) -> str:
-    """An ncu source page (mamba3_perf.analysis.sass): :func:`~mamba3_perf.analysis.sass.measured_regions`,
-    the first rows of :func:`~mamba3_perf.analysis.sass.measured_mix` and the instructions with the
-    most stall samples (``hot``: rows of the page), as three tables."""
+def source_page_tables(page: pd.DataFrame, *, rows: int, title: str, width: int = 160) -> str:
+    """An ncu source page (mamba3_perf.analysis.sass.read_source_page) as three tables: per loop
+    body (:func:`~mamba3_perf.analysis.sass.measured_regions`), its ``rows`` leading opcodes
+    (:func:`~mamba3_perf.analysis.sass.measured_mix`) and its ``rows`` instructions with the
+    most stall samples."""
+    from mamba3_perf.analysis.sass import measured_mix, measured_regions
+
     reg = [[r["region"], _num(r["instructions"], "{:.0f}"), _num(r["executed_%"], "{:.1f}", "%"),
             _num(r["samples_%"], "{:.1f}", "%"), _num(r["smem_excess_%"], "{:.1f}", "%"), _num(r["mma"], "{:.0f}"),
-            _text(r["top_stalls"])] for r in regions.to_dict("records")]
+            _text(r["top_stalls"])] for r in measured_regions(page).to_dict("records")]
     ops = [[r["op"], r["kind"], _num(r["instructions"], "{:.0f}"), _num(r["executed_%"], "{:.1f}", "%"),
             _num(r["samples_%"], "{:.1f}", "%"), _num(r["smem_excess_wavefronts_%"], "{:.1f}", "%")]
-           for r in mix.to_dict("records")]
-    total = max(float(hot.attrs.get("samples_total", 0)) or float(hot["samples"].sum()), 1.0)
+           for r in measured_mix(page).head(rows).to_dict("records")]
+    total = max(float(page["samples"].sum()), 1.0)
     top = [[f"{r['addr']:#07x}", r["opcode"], _num(100 * r["samples"] / total, "{:.1f}", "%"),
-            _num(r["executed"], "{:.0f}")] for r in hot.to_dict("records")]
+            _num(r["executed"], "{:.0f}")] for r in page.nlargest(rows, "samples").to_dict("records")]
     return "".join((
         render(_table(f"{title}: by region (shares of the kernel's)", ["region", "SASS", "executed", "stall samples",
                                                                        "excess smem wavefronts", "mma", "leading stalls"],

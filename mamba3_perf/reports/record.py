@@ -109,15 +109,24 @@ def write_run_report(run, md_path: str | Path | None = None, *,
     return RunReport(table, summary, breakdown, tuple(written), tuple(notes), **extra)
 
 
+SOURCE_PAGE_PREFIX, SOURCE_PAGE_SUFFIX = "sass-", ".csv.gz"
+
+
+def source_page_path(trace_dir: str | Path, variant: str) -> Path:
+    """Where a run keeps ``variant``'s ncu source page (``perf profile --source-page`` writes it,
+    :func:`run_source_pages` reads it)."""
+    return Path(trace_dir) / f"{SOURCE_PAGE_PREFIX}{variant.replace('@', '_')}{SOURCE_PAGE_SUFFIX}"
+
+
 def run_source_pages(run) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """(variant -> page, notes): the ncu source pages ``perf profile --source-page`` kept in the
-    run (profile.source_page_path); a page that does not read is a note, not an error."""
+    run (:func:`source_page_path`); a page that does not read is a note, not an error."""
     from mamba3_perf.analysis.sass import read_source_page
     from mamba3_perf.errors import ParseError
 
     pages, notes = {}, []
-    for path in sorted((Path(run.path) / "traces").glob("sass-*.csv.gz")):
-        variant = path.name[len("sass-"):-len(".csv.gz")]
+    for path in sorted((Path(run.path) / "traces").glob(f"{SOURCE_PAGE_PREFIX}*{SOURCE_PAGE_SUFFIX}")):
+        variant = path.name[len(SOURCE_PAGE_PREFIX):-len(SOURCE_PAGE_SUFFIX)]
         try:
             pages[variant] = read_source_page(path)
         except ParseError as e:
