@@ -12,6 +12,12 @@ the host's launch path; kernels.graphs).
 ``--profile FILE``: also a cProfile of the N back-to-back calls per case and stage (a second
 run of them; profiling inflates each call), its top functions by own and by cumulative time,
 to FILE: where the host's time goes.
+
+``--launches``: also, per launch of one call, the host time of launching it again through the
+JIT (``kernel[grid](...)``: argument binding, specialization key, cache look-up, then the
+launcher) and through the compiled kernel's launcher alone (``CompiledKernel.run`` with the same
+bound arguments), ``calls`` times each without synchronizing: what the JIT's per-call path costs
+on this host (rows with ``launch`` set).
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--profile", metavar="FILE", help="also write a cProfile of the calls (top functions) to FILE")
     ap.add_argument("--profile-rows", type=int, default=40)
+    ap.add_argument("--launches", action="store_true",
+                    help="also time each launch through the JIT and through the compiled kernel's launcher")
     a = ap.parse_args(argv)
 
     import torch
@@ -67,11 +75,60 @@ def main(argv: list[str] | None = None) -> None:
                 profiles.append(host_profile(fn, a.calls, f"{stage} on {case.id}", a.profile_rows))
             print(json.dumps(row), flush=True)
             rows.append(row)
+            if a.launches:
+                for lrow in launch_paths(fn, a.calls):
+                    lrow = dict(case_id=case.id, stage=stage, calls=a.calls, **lrow)
+                    print(json.dumps(lrow), flush=True)
+                    rows.append(lrow)
         del x
         bench._free(bk.device)
     write_rows_record(a.json, "host_overhead.py", argv, rows)
     if a.profile:
         write_text_atomic(a.profile, "\n\n".join(profiles) + "\n")
+
+
+def launch_paths(fn, calls: int) -> list[dict]:
+    """Per launch of one call of ``fn`` (captured by wrapping JITFunction.run for that call; the
+    call itself runs as usual): µs per launch through the JIT and through the compiled kernel's
+    launcher, ``calls`` launches each, then one synchronize outside the timing."""
+    import torch
+    from triton import knobs
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    captured = []
+    original = JITFunction.run
+
+    def capture(self, *args, grid, warmup, **kw):
+        kernel = original(self, *args, grid=grid, warmup=warmup, **kw)
+        captured.append((self, args, kw, grid, kernel))
+        return kernel
+
+    JITFunction.run = capture
+    try:
+        fn()
+    finally:
+        JITFunction.run = original
+    torch.cuda.synchronize()
+    out = []
+    for jit, args, kw, grid, kernel in captured:
+        device = driver.active.get_current_device()
+        stream = driver.active.get_current_stream(device)
+        bound = list(jit.device_caches[device][4](*args, **kw)[0].values())
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        launch = jit[grid]
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            launch(*args, **kw)
+        t1 = time.perf_counter()
+        for _ in range(calls):
+            kernel.run(*g, stream, kernel.function, kernel.packed_metadata, None,
+                       knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound)
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        out.append(dict(launch=jit.__name__, args=len(bound), jit_us_per_launch=(t1 - t0) / calls * 1e6,
+                        launcher_us_per_launch=(t2 - t1) / calls * 1e6))
+    return out
 
 
 def host_profile(fn, calls: int, title: str, rows: int) -> str:

@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
     rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
@@ -94,10 +94,10 @@ def bwd_bwd_aux_gluon_kernel(
     DSSDA, DGAM, DDACS,
     DOUT, V, MV, MO,
     QBIAS, KBIAS, COS_S, SIN_S, DQ, DANG, KIN,
-    S, H, G, RD,
+    S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    FIN: gl.constexpr, num_warps: gl.constexpr,
+    FIN: gl.constexpr, DYN: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -341,25 +341,44 @@ def bwd_bwd_aux_gluon_kernel(
             kv = k2_buf.index(slot).load(ROW)
         q_hi, q_lo = tf32_split(qv)
         ks_hi, _ks_lo = tf32_split(kv * ts_r[:, None])
-        qth_s.store(gl.permute(q_hi, (1, 0)))
-        qtl_s.store(gl.permute(q_lo, (1, 0)))
-        kth_s.store(gl.permute(ks_hi, (1, 0)))
-        st_s.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
+        if DYN:  # this step's views of the buffers the products read (gluon_common.at_step)
+            z = j * ZERO
+            qth_j = at_step(qth_s, z)
+            qtl_j = at_step(qtl_s, z)
+            kth_j = at_step(kth_s, z)
+            st_j = at_step(st_s, z)
+            deh_j = at_step(deh_s, z)
+            del_j = at_step(del_s, z)
+            wth_j = at_step(wth_s, z)
+            dph_j = at_step(dph_s, z)
+        else:
+            qth_j = qth_s
+            qtl_j = qtl_s
+            kth_j = kth_s
+            st_j = st_s
+            deh_j = deh_s
+            del_j = del_s
+            wth_j = wth_s
+            dph_j = dph_s
+        qth_j.store(gl.permute(q_hi, (1, 0)))
+        qtl_j.store(gl.permute(q_lo, (1, 0)))
+        kth_j.store(gl.permute(ks_hi, (1, 0)))
+        st_j.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
         fence_async_shared()
         cta_barrier()
-        inc = dot3(deh_s.slice(0, M, dim=0), del_s.slice(0, M, dim=0), qth_s.permute((1, 0)),
-                   qtl_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
+        inc = dot3(deh_j.slice(0, M, dim=0), del_j.slice(0, M, dim=0), qth_j.permute((1, 0)),
+                   qtl_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
         if PR > M:  # P = 2M: the increments' rows M..P
-            inc_hi = dot3(deh_s.slice(M, M, dim=0), del_s.slice(M, M, dim=0), qth_s.permute((1, 0)),
-                          qtl_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
-        dks = dot3(wa_hi, wa_lo, qth_s.permute((1, 0)), qtl_s.permute((1, 0)),
+            inc_hi = dot3(deh_j.slice(M, M, dim=0), del_j.slice(M, M, dim=0), qth_j.permute((1, 0)),
+                          qtl_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
+        dks = dot3(wa_hi, wa_lo, qth_j.permute((1, 0)), qtl_j.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
-        dqr = warpgroup_mma(wth_s, kth_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+        dqr = warpgroup_mma(wth_j, kth_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                             use_acc=False, is_async=True)
-        dq_raw = warpgroup_mma(dph_s, st_s.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+        dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                use_acc=False, is_async=True)
         if ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
-            qr_b = qth_s.permute((1, 0)).load(MB) + qtl_s.permute((1, 0)).load(MB)
+            qr_b = qth_j.permute((1, 0)).load(MB) + qtl_j.permute((1, 0)).load(MB)
         else:
             qr_b = q2_buf.index(slot).load(MB)
         cols = n0 + n_b
@@ -414,6 +433,10 @@ def supported(meta, wide_p: bool | None = None) -> bool:
 # (records/h100-sweep-auxnb-68ccb02.json), so 16 stays
 AUX_NB1, AUX_NB = 32, 16
 
+# the second N walk's wgmma operands viewed per step (gluon_common.at_step): their descriptors
+# formed in each step instead of hoisted out of the loop
+DYN_DESC: bool = False
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -450,7 +473,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
         *rot, out["DQ"], out["DANGLES"], x["k"],
-        meta.S, meta.H, meta.G, meta.RD,
+        meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
-        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq, num_warps=4,
+        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq, DYN=bool(DYN_DESC), num_warps=4,
     )
