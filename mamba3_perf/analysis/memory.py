@@ -165,6 +165,8 @@ STAGE_BUFFERS["stage27_rotinline"] = STAGE_BUFFERS["stage26_widep"]
 STAGE_BUFFERS["stage28_termsdk"] = STAGE_BUFFERS["stage27_rotinline"]
 # stage29's aux likewise holds a pair's first-half dQ rows [M, NB] across one step
 STAGE_BUFFERS["stage29_auxdq"] = STAGE_BUFFERS["stage28_termsdk"]
+# stage30 is stage26 with the aux's descriptors formed per step: the same buffers
+STAGE_BUFFERS["stage30_stepdesc"] = STAGE_BUFFERS["stage26_widep"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

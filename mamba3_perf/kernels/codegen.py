@@ -246,8 +246,10 @@ def _compile_or_warm(a) -> None:
             continue
         t0 = time.time()
         k, opts = compile_launch(fn, args, kwargs)
+        consts = {n: v for n, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
-                          "mma": mma_shapes(k.asm["ttgir"]), "seconds": round(time.time() - t0, 1)}),
+                          "mma": mma_shapes(k.asm["ttgir"]), "keywords": consts,
+                          "seconds": round(time.time() - t0, 1)}),
               flush=True)
 
 

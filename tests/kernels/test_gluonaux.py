@@ -67,12 +67,22 @@ def test_gluon_aux_at_p128_compiles_for_sm90_in_one_program_per_sm(compile_stage
     assert wgmma == [(16, 16, 8), (16, 64, 8), (16, 128, 8)], wgmma
 
 
+def test_step_descriptors_only_in_stage30(compile_stage):
+    """stage30 launches the aux with DYN (its second walk's operands viewed per step), stage26
+    without; both compile to the same shared memory and wgmma shapes."""
+    k26 = compile_stage("stage26_widep", 128, 64, 4, 16, "aux_gluon")["bwd_bwd_aux_gluon_kernel"]
+    k30 = compile_stage("stage30_stepdesc", 128, 64, 4, 16, "aux_gluon")["bwd_bwd_aux_gluon_kernel"]
+    assert k30["keywords"]["DYN"] is True and k26["keywords"]["DYN"] is False
+    assert k30["shared"] == k26["shared"] and k30["num_warps"] == k26["num_warps"] == 4
+    assert sorted(map(str, k30["mma"])) == sorted(map(str, k26["mma"]))
+
+
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline", "stage28_termsdk",
-                                   "stage29_auxdq"])
+                                   "stage29_auxdq", "stage30_stepdesc"])
 @pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
 def test_gluon_stages_match_golden_on_hopper(stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon

@@ -445,13 +445,16 @@ def supports_rotation(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
-               rot_inline: bool = False, finish_dq: bool = False, **_ignored) -> None:
+               rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
+               **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
     what is computed. ``rot_inline``: the rotated q / k rows from the 16-bit inputs, the biases and
     the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27);
-    ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29)."""
+    ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``step_desc``:
+    the second N walk's operands viewed per step (:data:`DYN_DESC`, whose value is the default;
+    stage30)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -475,5 +478,6 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         *rot, out["DQ"], out["DANGLES"], x["k"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
-        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq, DYN=bool(DYN_DESC), num_warps=4,
+        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
+        DYN=bool(DYN_DESC if step_desc is None else step_desc), num_warps=4,
     )

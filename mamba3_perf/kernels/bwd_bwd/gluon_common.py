@@ -13,6 +13,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # the TMA load: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# a shared buffer's view as another shape: _reinterpret in Triton 3.6, reinterpret later
+_reinterpret = getattr(gl.shared_memory_descriptor, "_reinterpret", None) or gl.shared_memory_descriptor.reinterpret
 # the CTA-wide barrier: thread_barrier in Triton 3.6, barrier later
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 GL_DTYPES = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -43,7 +45,7 @@ def at_step(buf, z):
     descriptors of a loop-invariant buffer are then formed in each step from one base instead of
     hoisted out of the loop, where tens of 64-bit descriptors exceed the uniform registers and
     live in vector registers, moved back (R2UR) before each wgmma."""
-    return buf._reinterpret(buf.dtype, [1, buf.shape[0], buf.shape[1]], buf.layout).index(z)
+    return _reinterpret(buf, buf.dtype, [1, buf.shape[0], buf.shape[1]], buf.layout).index(z)
 
 
 # rows of every wgmma product: a warpgroup's least (chunks of C*R = 32 fused rows run on 64)

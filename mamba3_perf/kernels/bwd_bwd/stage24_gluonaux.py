@@ -24,6 +24,8 @@ slower (N128_P64_R2_C32), 1.137x slower in geomean there.
 """
 from __future__ import annotations
 
+import functools
+
 from mamba3_perf.kernels.bwd_bwd import stage13_diagpost, stage23_gluonterms
 from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, is_hopper
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -47,10 +49,12 @@ def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None) -> bool:
             and stage13_diagpost.moves_diagonal(meta))
 
 
-def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, **kw) -> None:
-    """stage24's pipeline; ``wide_p``: :func:`uses_gluon_aux`'s (stage26); ``kw``: more
-    stage23_gluonterms.run_with keywords (stage25)."""
-    gluon = (dict(aux=aux_gluon.launch_aux, split=True, aux_increments=True)
+def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc: bool = False, **kw) -> None:
+    """stage24's pipeline; ``wide_p``: :func:`uses_gluon_aux`'s (stage26); ``step_desc``: the
+    Gluon aux's launch_aux keyword (stage30); ``kw``: more stage23_gluonterms.run_with keywords
+    (stage25)."""
+    aux = functools.partial(aux_gluon.launch_aux, step_desc=True) if step_desc else aux_gluon.launch_aux
+    gluon = (dict(aux=aux, split=True, aux_increments=True)
              if uses_gluon_aux(x, meta, wide_p) else {})
     stage23_gluonterms.run_with(x, out, meta, **gluon, **kw)
 
