@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait,
 )
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
     rotation_parts, row_blocks, tf32_split, tma_load,
@@ -469,7 +470,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     else:
         qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
-    bwd_bwd_aux_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks,))(
         *qk, row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],

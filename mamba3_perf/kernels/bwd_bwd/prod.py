@@ -9,6 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage4_nblock, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, angle_grad_pair, blocks, chunk_frame,
@@ -106,7 +107,7 @@ def launch_post(x: dict, s: dict, out: dict, meta, *, inputs: bool = False, kern
         extra["HEADS_INNER"] = True
     if k_done:
         extra["K_DONE"] = True
-    (kernel or bwd_bwd_post_kernel)[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(kernel or bwd_bwd_post_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["angles"], s["QB"], s["KB"], s["DQR"], s["DKR"], s["DQD"], s["DKD"],
         out["DQ"], out["DK"], out["DANGLES"],
         x["q"], x["k"], x["q_bias"], x["k_bias"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd.common import (
     LOOP_LAUNCH, blocks, dot_precision, fused_chunk_body, fused_rows, load_psiv_dphio,
     load_qk_rotated, load_qkd, load_state_tile, rot_cols, scalar_ptr_or_dummy, step_scalars,
@@ -72,7 +73,7 @@ def bwd_bwd_fused_kernel(
 
 def _launch_fused(x: dict, out: dict, meta):
     dummy = x["q_bias"]
-    bwd_bwd_fused_kernel[(meta.B * meta.H,)](
+    launching.launch(bwd_bwd_fused_kernel, (meta.B * meta.H,))(
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], dummy), x["states"], x["qk_dot"], x["da_cs"],
         x["da_cs_rev"], x["dt"], x["trap"], x["segsum"], x["angles"], scalar_ptr_or_dummy(x["d"], dummy),

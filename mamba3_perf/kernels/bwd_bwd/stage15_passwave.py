@@ -24,6 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
@@ -76,7 +77,7 @@ def wave_block(meta) -> int:
 def launch_state_pass_wave(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """stage6_statepass.launch_state_pass's signature; ``inputs``: dPhiO from the inputs."""
     bnb = wave_block(meta)
-    bwd_bwd_state_pass_wave_kernel[(meta.B * meta.H, triton.cdiv(meta.N, bnb))](
+    launching.launch(bwd_bwd_state_pass_wave_kernel, (meta.B * meta.H, triton.cdiv(meta.N, bnb)))(
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage6_statepass, stage15_passwave, stage16_regcap
 from mamba3_perf.kernels.bwd_bwd.common import chunk_coords, dot_precision, fdot, pow2, store_state_tile_t
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -86,7 +87,7 @@ def bwd_bwd_pass_scan_kernel(
 def launch_increments(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """Every chunk's term of the recurrence into DST (bwd_bwd_pass_increment_kernel)."""
     bnb = stage15_passwave.wave_block(meta)
-    bwd_bwd_pass_increment_kernel[(meta.B * meta.H * meta.nchunks, triton.cdiv(meta.N, bnb))](
+    launching.launch(bwd_bwd_pass_increment_kernel, (meta.B * meta.H * meta.nchunks, triton.cdiv(meta.N, bnb)))(
         s["QR"], s["DPHIO"], s["ECS"], s["DST"],
         *stage6_statepass.value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
@@ -99,7 +100,7 @@ def launch_scan(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """The in-place scan over the terms DST holds (stage6_statepass.launch_state_pass's
     signature; ``inputs`` is unused: the scan reads only DST and DECAY)."""
     n_p = meta.N * meta.P
-    bwd_bwd_pass_scan_kernel[(meta.B * meta.H, triton.cdiv(n_p, SCAN_BLOCK))](
+    launching.launch(bwd_bwd_pass_scan_kernel, (meta.B * meta.H, triton.cdiv(n_p, SCAN_BLOCK)))(
         s["DECAY"], s["DST"], n_p, meta.nchunks, BLOCK=SCAN_BLOCK, **SCAN_LAUNCH,
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd.common import (
     CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, dot_precision,
     fused_chunk_body, fused_rows, load_angles_cs, load_psiv_dphio, load_qk_rotated, load_qkd,
@@ -135,7 +136,7 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
     if sub is not meta:
         meta, extra = sub, dict(extra, SUB=meta.C // sub.C)
     bk = blocks(meta)
-    (kernel or bwd_bwd_pre_kernel)[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(kernel or bwd_bwd_pre_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["dout"], x["q"], x["k"], x["v"], x["q_bias"], x["k_bias"], x["mimo_v"],
         scalar_ptr_or_dummy(x["mimo_o"], x["mimo_v"]), x["da_cs"], x["da_cs_rev"], x["dt"], x["trap"],
         x["segsum"], x["angles"], *scratch_args(s),
@@ -146,7 +147,7 @@ def launch_pre(x: dict, s: dict, meta, *, inputs: bool = False, kernel=None, lau
 
 
 def launch_scan_full(x: dict, s: dict, out: dict, meta) -> None:
-    bwd_bwd_scan_full_kernel[(meta.B * meta.H,)](
+    launching.launch(bwd_bwd_scan_full_kernel, (meta.B * meta.H,))(
         x["v"], x["mimo_v"], x["states"], x["qk_dot"], x["angles"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *scratch_args(s),
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DGAMMA"],

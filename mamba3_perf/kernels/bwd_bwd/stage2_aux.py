@@ -10,6 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage1_pre
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_coords, dot_precision,
@@ -247,7 +248,7 @@ def aux_scratch_args(s: dict) -> tuple:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False) -> None:
     bk = blocks(meta)
-    bwd_bwd_aux_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_aux_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
@@ -258,7 +259,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, rank_loop: bool = False) ->
 
 
 def launch_scan(x: dict, s: dict, out: dict, meta, *, finalize: bool = True) -> None:
-    bwd_bwd_scan_kernel[(meta.B * meta.H,)](
+    launching.launch(bwd_bwd_scan_kernel, (meta.B * meta.H,))(
         x["v"], x["mimo_v"], x["states"], x["angles"],
         *stage1_pre.scratch_args(s), *aux_scratch_args(s), s.get("DKR", s["DKS"]),
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DDA"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, CHUNK_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_local,
@@ -63,7 +64,7 @@ def bwd_bwd_aux_rankfold_kernel(
 
 def launch_aux_rankfold(x: dict, s: dict, out: dict, meta) -> None:
     bk = blocks(meta)
-    bwd_bwd_aux_rankfold_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_aux_rankfold_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],

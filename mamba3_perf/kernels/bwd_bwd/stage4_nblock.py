@@ -7,6 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage2_aux, stage3_rankfold
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, LOOP_LAUNCH, PRE_SCRATCH, alloc_scratch, blocks, dot_precision, dstates_step, fdot,
@@ -101,7 +102,7 @@ def bwd_bwd_scan_nblock_kernel(
 
 
 def launch_scan_nblock(x: dict, s: dict, out: dict, meta, *, finalize: bool = True) -> None:
-    bwd_bwd_scan_nblock_kernel[(meta.B * meta.H,)](
+    launching.launch(bwd_bwd_scan_nblock_kernel, (meta.B * meta.H,))(
         x["v"], x["mimo_v"], x["states"], x["angles"],
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s), s["DKR"],
         out["DQ"], out["DK"], out["DV"], out["DMIMO_V"], out["DANGLES"], out["DFACTOR"], out["DDA"],

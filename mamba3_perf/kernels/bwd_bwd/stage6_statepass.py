@@ -20,6 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
@@ -198,7 +199,7 @@ def launch_state_pass(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
     """``inputs``: dPhiO from the inputs, not DPHIO scratch (stage10)."""
     bnb, bpb = pass_tiles(meta)
     grid = (meta.B * meta.H, triton.cdiv(meta.N, bnb), triton.cdiv(meta.P, bpb))
-    bwd_bwd_state_pass_kernel[grid](
+    launching.launch(bwd_bwd_state_pass_kernel, grid)(
         s["QR"], s["DPHIO"], s["ECS"], s["DECAY"], s["DST"],
         *value_inputs(x),
         meta.S, meta.H, meta.N, meta.P,
@@ -211,7 +212,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, tile_elems: int = T
                        launch: dict = TERMS_LAUNCH, inputs: bool = False, late_sums: bool = False) -> None:
     """``tile_elems``, ``launch``: the N block and launch (stage9); ``inputs``: PsiV from the
     inputs, not PSIV scratch (stage10); ``late_sums``: N sums reduced once (stage14)."""
-    bwd_bwd_state_terms_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_state_terms_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["v"], x["mimo_v"], x["states"], s["KR"], s["PSIV"], s["TS"], s["EREV"], s["DECAY"],
         s["DPSIV"], s["DKS"], s["DST"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
@@ -229,7 +230,7 @@ def value_inputs(x: dict) -> tuple:
 
 
 def launch_chunk_sum(x: dict, s: dict, out: dict, meta) -> None:
-    bwd_bwd_chunk_sum_kernel[(meta.B * meta.H,)](
+    launching.launch(bwd_bwd_chunk_sum_kernel, (meta.B * meta.H,))(
         s["DMVP"], s["DDP"], out["DMIMO_V"], scalar_ptr_or_dummy(out["DD"], out["DMIMO_V"]),
         meta.S, meta.P,
         C=meta.C, R=meta.R, BP=blocks(meta)["BP"], HAS_D=meta.has_d,

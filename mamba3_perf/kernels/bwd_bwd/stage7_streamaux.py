@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
     AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, load_biased_rows,
@@ -156,7 +157,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, low_precision: bool = False
         stage5_rankloop.launch_aux(x, s, out, meta)
         return
     bk = blocks(meta)
-    bwd_bwd_aux_streamed_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_aux_streamed_kernel, (meta.B * meta.H * meta.nchunks,))(
         x["qk_dot"], x["states"], scalar_ptr_or_dummy(x["d"], x["mimo_v"]),
         *stage1_pre.scratch_args(s), *stage2_aux.aux_scratch_args(s),
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],

@@ -19,6 +19,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma_wait,
 )
 
+from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
     rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
@@ -282,7 +283,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         fin = (out["DK"], out["DANGLES"], s["GDB"], x["q"], x["q_bias"])
     else:
         fin = (out["DV"], out["DANGLES"], x["k_bias"], x["q"], x["q_bias"])  # unread
-    bwd_bwd_state_terms_gluon_kernel[(meta.B * meta.H * meta.nchunks,)](
+    launching.launch(bwd_bwd_state_terms_gluon_kernel, (meta.B * meta.H * meta.nchunks,))(
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
         kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
