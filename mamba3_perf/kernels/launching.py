@@ -12,11 +12,11 @@ such a host the JIT alone makes the call host-bound.
 Here the first launch of a kernel with a given key goes through the JIT (which compiles it and
 returns the compiled kernel); the key is what the JIT specializes on, formed from the arguments
 in Python: per tensor its dtype and 16-byte alignment, per integer whether it is 1, a multiple of
-16 and within 32 bits, the constexpr keywords and the launch options by value, the device, and
-the JIT's debug and instrumentation settings. Later launches with the same key call the compiled
-kernel's launcher directly, with the arguments in the order the JIT bound them. Anything this key
-cannot describe (an argument of another type, a keyword that is not a constexpr or a launch
-option, an unhashable keyword value), a launch hook, a pre-run hook, a changed global the kernel
+16 and within 32 bits (positional or by name alike), the constexpr keywords and the launch
+options by value, the device, and the JIT's debug and instrumentation settings; it holds no
+tensor. Later launches with the same key call the compiled kernel's launcher directly, with the
+arguments in the order the JIT bound them. Anything this key
+cannot describe (an argument of another type, an unhashable constexpr value), a launch hook, a pre-run hook, a changed global the kernel
 read when it was compiled, or a JIT whose ``run`` has been replaced (kernels.codegen intercepts
 it) takes the JIT's own path, as does every kernel on the interpreter.
 """
@@ -87,15 +87,25 @@ def _globals_unchanged(kernel) -> bool:
     return all(g.get(name, missing) == val for (name, _), (val, g) in kernel.used_global_vals.items())
 
 
-def _bind_tail(kernel, device, args: tuple, kwargs: dict):
-    """The values the JIT binds after ``args`` (constexpr keywords, defaults), or None where a
-    keyword is not a constexpr parameter (its value would then be frozen)."""
-    params = {p.name: p for p in kernel.params}
-    for name in kwargs:
-        if name not in _OPTIONS and not (name in params and params[name].is_constexpr):
-            return None
+# kernel id -> (the kernel, the keywords a key holds by value: its constexpr parameters and the
+# launch options; any other keyword is a runtime argument passed by name, keyed as a positional
+# one is)
+_BY_VALUE: dict = {}
+
+
+def _by_value(kernel) -> frozenset:
+    entry = _BY_VALUE.get(id(kernel))
+    if entry is None or entry[0] is not kernel:
+        entry = _BY_VALUE[id(kernel)] = (kernel, _OPTIONS | {p.name for p in kernel.params if p.is_constexpr})
+    return entry[1]
+
+
+def _bind_tail(kernel, device, args: tuple, kwargs: dict, by_value: frozenset) -> tuple:
+    """What the JIT binds after ``args``, in its order: (True, name) for a runtime argument passed
+    by name (taken from each launch's keywords), (False, value) for a constexpr or a default."""
     bound = kernel.device_caches[device][4](*args, **kwargs)[0]
-    return tuple(bound.values())[len(args):]
+    return tuple((True, n) if n in kwargs and n not in by_value else (False, v)
+                 for n, v in list(bound.items())[len(args):])
 
 
 def launch(kernel, grid):
@@ -105,9 +115,11 @@ def launch(kernel, grid):
         return kernel[grid]
 
     def run(*args, **kwargs):
+        by_value = _by_value(kernel)
         device = driver.active.get_current_device()
         try:
-            key = (id(kernel), device, tuple(map(_arg_key, args)), tuple(kwargs.items()), knobs.runtime.debug,
+            named = tuple((n, v) if n in by_value else (n, _arg_key(v)) for n, v in kwargs.items())
+            key = (id(kernel), device, tuple(map(_arg_key, args)), named, knobs.runtime.debug,
                    knobs.compilation.instrumentation_mode)
             entry = _COMPILED.get(key, False)
         except (_Unkeyed, TypeError):  # TypeError: an unhashable keyword value
@@ -116,12 +128,12 @@ def launch(kernel, grid):
             _, compiled, tail = entry
             g = tuple(grid) + (1,) * (3 - len(grid))
             compiled.run(*g, driver.active.get_current_stream(device), compiled.function, compiled.packed_metadata,
-                         None, None, None, *args, *tail)
+                         None, None, None, *args, *[kwargs[v] if by_name else v for by_name, v in tail])
             return compiled
         compiled = kernel[grid](*args, **kwargs)
         if entry is False:
-            tail = _bind_tail(kernel, device, args, kwargs)
-            _COMPILED[key] = None if tail is None or compiled is None else (kernel, compiled, tail)
+            _COMPILED[key] = (None if compiled is None else
+                              (kernel, compiled, _bind_tail(kernel, device, args, kwargs, by_value)))
         return compiled
 
     return run

@@ -58,7 +58,7 @@ def test_second_launch_goes_through_the_compiled_launcher(jit):
     launching.launch(kernel, (4, 2))(y, x, 48, BLOCK=16)
     assert len(calls) == 1  # no second JIT call
     (launch,) = compiled.launches
-    assert launch[:7] == (4, 2, 1, 0, "function", "packed", None)
+    assert launch[:9] == (4, 2, 1, 0, "function", "packed", None, None, None)
     assert launch[9:] == (y, x, 48, 16, 3)  # positional, then BLOCK and FLAG's default, bound order
 
 
@@ -84,12 +84,19 @@ def test_what_the_jit_specializes_on_takes_the_jit_again(jit, change):
     assert len(calls) == 2 and not calls[0][2].launches
 
 
-def test_a_runtime_argument_by_keyword_always_takes_the_jit(jit):
+def test_runtime_arguments_by_name_are_taken_from_each_launch(jit):
+    """A tensor passed by name (the post kernels' GDB_S) is keyed like a positional one and read
+    from each launch's keywords; no key or entry holds a tensor."""
     kernel, calls = jit
     x, y = _tensors()
-    for _ in range(3):
-        launching.launch(kernel, (4,))(x, y, n=32, BLOCK=16)
-    assert len(calls) == 3 and not any(c[2].launches for c in calls)
+    z = torch.zeros(8)
+    launching.launch(kernel, (4,))(x, Y=y, n=32, BLOCK=16)
+    launching.launch(kernel, (4,))(x, Y=z, n=48, BLOCK=16)
+    assert len(calls) == 1
+    assert calls[0][2].launches[0][9:] == (x, z, 48, 16, 3)
+    held = [v for key, entry in launching._COMPILED.items() for v in (*key, *entry[2])]
+    assert not any(isinstance(v, torch.Tensor) or (isinstance(v, tuple) and any(isinstance(u, torch.Tensor) for u in v))
+                   for v in held)
 
 
 def test_an_unkeyed_argument_takes_the_jit(jit):
