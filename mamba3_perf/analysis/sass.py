@@ -41,9 +41,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     "float": ("FFMA", "FADD", "FMUL", "FMNMX", "FSETP", "FSEL", "MUFU", "FCHK", "HFMA2", "HADD2",
               "HMUL2", "DMUL", "DADD", "DFMA", "FSWZADD"),
     "convert": ("F2F", "F2I", "I2F", "FRND", "F2FP", "I2FP", "F2IP"),
-    "int": ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IMNMX", "SEL", "PRMT", "MOV",
+    "int": ("IMAD", "IADD3", "IADD", "LEA", "SHF", "LOP3", "ISETP", "IMNMX", "SEL", "PRMT",
             "IABS", "SGXT", "BMSK", "POPC", "FLO", "VIADD", "VIADDMNMX", "VIMNMX", "IMUL", "S2R",
-            "S2UR", "CS2R", "R2UR", "LDC", "PLOP3", "P2R", "R2P", "BREV", "SHL", "SHR"),
+            "S2UR", "CS2R", "LDC", "PLOP3", "P2R", "R2P", "BREV", "SHL", "SHR"),
+    # register copies, within and between the vector and uniform files (MOV, UMOV, R2UR): where a
+    # loop keeps more wgmma descriptors than the uniform registers hold, they are moved back before
+    # each wgmma (stage30_stepdesc's docstring)
+    "move": ("MOV", "R2UR"),
     "shuffle": ("SHFL",),
     "control": ("BAR", "DEPBAR", "MEMBAR", "NOP", "BRA", "BRX", "EXIT", "BSSY", "BSYNC", "YIELD",
                 "CALL", "RET", "VOTE", "ELECT", "FENCE", "ERRBAR", "CCTL", "BREAK", "SYNCS",

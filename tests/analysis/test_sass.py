@@ -38,7 +38,7 @@ def test_the_chunk_loop_is_found_and_counted():
 
 
 @pytest.mark.parametrize("opcode, want", [("IMAD.WIDE.U32", "int"), ("ULDC.64", "int"), ("UIADD3", "int"),
-                                          ("HGMMA.64x16x8.F32.TF32", "mma"), ("LDGSTS.E.BYPASS.128", "global"),
+                                          ("HGMMA.64x16x8.F32.TF32", "mma"), ("R2UR", "move"), ("UMOV", "move"), ("MOV", "move"), ("LDGSTS.E.BYPASS.128", "global"),
                                           ("LDL.LU", "local"), ("SHFL.BFLY", "shuffle"), ("FSETP.GEU.AND", "float"),
                                           ("BAR.SYNC.DEFER_BLOCKING", "control"), ("XYZ", "other")])
 def test_kinds(opcode, want):

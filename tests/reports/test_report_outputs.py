@@ -177,5 +177,5 @@ def test_markdown_record_with_a_source_page(tmp_path):
     assert "### stage26_widep" in section and "### stage29_auxdq" not in section
     walk = next(line for line in section.splitlines() if line.startswith("| loop 0xda50-0x101a0"))
     assert walk.startswith("| loop 0xda50-0x101a0 | 630 | 53.9 % | 45.5 % | 55.6 % |")
-    assert "| R2UR | int | 231 | 13.6 % |" in section
+    assert "| R2UR | move | 231 | 13.6 % |" in section
     assert any("sass-stage29_auxdq.csv.gz left out" in n for n in rep.notes)
