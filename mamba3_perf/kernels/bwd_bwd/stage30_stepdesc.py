@@ -11,16 +11,18 @@ R2UR before each wgmma. Here the walk reads each buffer through ``buf[z]`` with 
 (ZERO a runtime 0: the same addresses, but not loop-invariant to the compiler), so a step forms
 its descriptors from one base in uniform registers. Static, sm_90, Triton 3.6
 (``benchmarks/ptxas_stage.py stage26_widep N P R C --kernel aux --sass --knob
-aux_gluon.DYN_DESC=0/1``): the walk 630 -> 566 SASS a step at P = 64 (R2UR in the kernel 231 ->
-66, spills 84 B -> 0), 1036 -> 745 at P = 128 (spills 440 -> 136 B); registers, shared memory and
-wgmma shapes unchanged.
+aux_gluon.DYN_DESC=0/1``): the walk 630 -> 566 SASS a step at P = 64, its register moves 245 ->
+97 (R2UR in the kernel 231 -> 66, spills 84 B -> 0), 1036 -> 745 at P = 128, moves 523 -> 161
+(spills 440 -> 136 B); registers, shared memory and wgmma shapes unchanged.
 
 Measured on an H100 (benchmarks/sweep_knob.py --knob aux_gluon.DYN_DESC=0,1 over the eight
 official shapes where the Gluon aux runs, golden passed in all sixteen combinations,
-records/h100-sweep-dyndesc-2022889.json): the aux 4-21 % faster (N64_P128_R4_C16 1736 -> 1365
-us, N128_P64_R4_C16 1140 -> 1076, N128_P32_R4_C16 942 -> 935), the stage 0.2-12 %. The same walk
+records/h100-sweep-dyndesc-2022889.json): the aux 1-21 % faster (N64_P128_R4_C16 1736 -> 1365
+us, N128_P64_R4_C16 1140 -> 1076, N128_P32_R4_C16 942 -> 935), the stage 0.2-13 %. The same walk
 treatment of state_terms' N walk compiled longer (447 -> 486 SASS a step) and is not taken, nor
-the aux's first walk (no fewer instructions).
+the aux's first walk (no fewer instructions). Against TileLang on the H200, all eleven official
+shapes side by side (records/h200-stepdesc-vs-tilelang-ea994c0.json, golden 132/132): 1.172x
+slower in geomean (stage26: 1.233x at 4fc1088), faster on N32_P64_R4_C16 and N16_P64_R4_C8.
 
 Elsewhere (the Triton aux's shapes, the interpreter, other GPUs) this stage is stage26.
 """
