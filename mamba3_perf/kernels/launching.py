@@ -49,9 +49,9 @@ class _Unkeyed(Exception):
     """An argument the key does not describe: the launch takes the JIT's path."""
 
 
-# key (its kernel by id) -> (the kernel, checked to be the same object, its compiled kernel, the
-# constexpr and default values after the positional arguments, in the order the JIT binds them);
-# None where the JIT's path must be taken
+# key (its kernel by id) -> (the kernel, checked to be the same object, its compiled kernel, what
+# the JIT binds after the positional arguments: _bind_tail's); None where the JIT's path must be
+# taken
 _COMPILED: dict = {}
 
 
@@ -131,7 +131,7 @@ def launch(kernel, grid):
                          None, None, None, *args, *[kwargs[v] if by_name else v for by_name, v in tail])
             return compiled
         compiled = kernel[grid](*args, **kwargs)
-        if entry is False:
+        if entry is False or (entry and entry[0] is not kernel):  # new, or another kernel's old id
             _COMPILED[key] = (None if compiled is None else
                               (kernel, compiled, _bind_tail(kernel, device, args, kwargs, by_value)))
         return compiled

@@ -162,3 +162,16 @@ def test_launches_through_compiled_launchers_match_the_golden(stage, case_id):
     rows = check_stage(stage, case, device="cuda", inputs=x)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
     assert before and {k: v for k, v in launching._COMPILED.items() if v is not None} == before
+
+
+def test_an_entry_left_by_another_kernel_of_the_same_id_is_replaced(jit):
+    """Keys hold a kernel by id; an entry whose kernel is not this one (a freed kernel's id
+    reused) is never launched, and the JIT's result takes its place."""
+    kernel, calls = jit
+    x, y = _tensors()
+    launching.launch(kernel, (4,))(x, y, 32, BLOCK=16)
+    (key,) = launching._COMPILED
+    launching._COMPILED[key] = (object(),) + launching._COMPILED[key][1:]
+    launching.launch(kernel, (4,))(x, y, 32, BLOCK=16)
+    launching.launch(kernel, (4,))(x, y, 32, BLOCK=16)
+    assert len(calls) == 2 and not calls[0][2].launches and len(calls[1][2].launches) == 1
