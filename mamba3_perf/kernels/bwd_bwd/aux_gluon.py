@@ -87,7 +87,7 @@ def _weighted_operands(dkqw, AB: gl.constexpr, SS_L: gl.constexpr):
     return wa_hi, wa_lo, wth_s
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
 def bwd_bwd_aux_gluon_kernel(
     q1_desc, k1_desc, q2_desc, k2_desc, st_desc,
     QKDOT, DSKIP, GAM_S, TS_S, ECS_S, WT_S,
