@@ -77,6 +77,18 @@ def test_step_descriptors_only_in_stage30(compile_stage):
     assert sorted(map(str, k30["mma"])) == sorted(map(str, k26["mma"]))
 
 
+def test_two_warpgroups_compile_at_p128_in_the_same_shared_memory(compile_stage):
+    """aux_gluon.AUX_WARPGROUPS=2 (off): 8 warps, each warpgroup half of every product's columns
+    (wgmma N halved), the shared memory of one warpgroup's kernel."""
+    one = compile_stage("stage30_stepdesc", 64, 128, 4, 16, "aux_gluon")["bwd_bwd_aux_gluon_kernel"]
+    two = compile_stage("stage30_stepdesc", 64, 128, 4, 16, "aux_gluon",
+                        knobs=["aux_gluon.AUX_WARPGROUPS=2"])["bwd_bwd_aux_gluon_kernel"]
+    assert aux_gluon.AUX_WARPGROUPS == 1
+    assert (one["num_warps"], two["num_warps"]) == (4, 8) and two["shared"] == one["shared"]
+    n = sorted(m["instr"][1] for m in one["mma"] if m["version"] == 3)
+    assert sorted(m["instr"][1] for m in two["mma"] if m["version"] == 3) == [x // 2 for x in n]
+
+
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 
@@ -114,4 +126,15 @@ def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(stage, case_id, mo
     monkeypatch.setattr(terms_gluon, "WG_COLS", 8)
     case = get_case(case_id)
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-N128"])
+def test_gluon_aux_on_two_warpgroups_matches_golden_on_hopper(case_id, monkeypatch):
+    """aux_gluon.AUX_WARPGROUPS=2 through stage30 (P = 128 and P = 64): written, compiled, not yet
+    run on a GPU (the knob's comment)."""
+    monkeypatch.setattr(aux_gluon, "AUX_WARPGROUPS", 2)
+    case = get_case(case_id)
+    rows = check_stage("stage30_stepdesc", case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]

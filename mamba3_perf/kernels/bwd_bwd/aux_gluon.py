@@ -119,13 +119,14 @@ def bwd_bwd_aux_gluon_kernel(
     else:  # rows of the [B, H, nc, C*R, N] scratch
         row_k = (bhc * CR).to(gl.int32)
 
+    WGS: gl.constexpr = num_warps // 4  # warpgroups, splitting each product's columns
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
-    MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, M, 8])  # [M, M] scores
-    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, P, 8])  # [M, P]
-    MB: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                 instr_shape=[16, NB, 8])  # [M, NB] N walk
+    MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
+                                                 instr_shape=[16, M // WGS, 8])  # [M, M] scores
+    MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
+                                                 instr_shape=[16, P // WGS, 8])  # [M, P]
+    MB: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
+                                                 instr_shape=[16, NB // WGS, 8])  # [M, NB] N walk
     AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=1)
     AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
     AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=1)
@@ -438,6 +439,19 @@ AUX_NB1, AUX_NB = 32, 16
 # formed in each step instead of hoisted out of the loop
 DYN_DESC: bool = False
 
+# warpgroups per program, each taking its share of every product's columns (num_warps = 4 x
+# this). At P = 128 the aux runs one program of one warpgroup per SM (160 KB of shared memory):
+# two warpgroups double the warps that hide its latency. Static, sm_90, Triton 3.6
+# (benchmarks/ptxas_stage.py stage30_stepdesc 64 128 4 16 --kernel aux --sass --knob
+# aux_gluon.AUX_WARPGROUPS=2): 8 warps at 202 registers and no spills (one warpgroup: 255 and
+# 136 B of spills), the same shared memory, the second walk 636 SASS a step per warp against
+# 745, so 1.7x the instructions per chunk across the program's warps. At P <= 64 two programs of
+# one warpgroup fit per SM already and one of two (212 registers) holds no more warps. Not yet
+# run on a GPU: to be golden-checked (tests/kernels/test_gluonaux.py -k warpgroups) and timed
+# (benchmarks/sweep_knob.py --cases N64_P128_R4_C16 --stage stage30_stepdesc --knob
+# aux_gluon.AUX_WARPGROUPS=1,2) before any stage takes it
+AUX_WARPGROUPS: int = 1
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -480,5 +494,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
-        DYN=bool(DYN_DESC if step_desc is None else step_desc), num_warps=4,
+        DYN=bool(DYN_DESC if step_desc is None else step_desc), num_warps=4 * AUX_WARPGROUPS,
     )
