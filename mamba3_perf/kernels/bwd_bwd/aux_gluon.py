@@ -440,15 +440,17 @@ AUX_NB1, AUX_NB = 32, 16
 DYN_DESC: bool = False
 
 # warpgroups per program, each taking its share of every product's columns (num_warps = 4 x
-# this). At P = 128 the aux runs one program of one warpgroup per SM (160 KB of shared memory):
-# two warpgroups double the warps that hide its latency. Static, sm_90, Triton 3.6
-# (benchmarks/ptxas_stage.py stage30_stepdesc 64 128 4 16 --kernel aux --sass --knob
-# aux_gluon.AUX_WARPGROUPS=2): 8 warps at 202 registers and no spills (one warpgroup: 255 and
-# 136 B of spills), the same shared memory, the second walk 636 SASS a step per warp against
-# 745, so 1.7x the instructions per chunk across the program's warps. At P <= 64 two programs of
-# one warpgroup fit per SM already and one of two (212 registers) holds no more warps. Not yet
-# run on a GPU: to be golden-checked (tests/kernels/test_gluonaux.py -k warpgroups) and timed
-# (benchmarks/sweep_knob.py --cases N64_P128_R4_C16 --stage stage30_stepdesc --knob
+# this), the second walk on AUX_NB columns a step per warpgroup, so that no TF32 wgmma has N = 8
+# (Triton 3.6+ reads past its shared operand, triton#10629: tests/kernels/test_codegen.py). At P =
+# 128 the aux runs one program of one warpgroup per SM (160 KB of shared memory): two warpgroups
+# double the warps that hide its latency. Static, sm_90, Triton 3.6 (benchmarks/ptxas_stage.py
+# stage30_stepdesc 64 128 4 16 --kernel aux --sass --knob aux_gluon.AUX_WARPGROUPS=2): 8 warps at
+# 198 registers and no spills (one warpgroup: 255 and 136 B of spills), 200 KB of shared memory
+# (one program per SM, as now), the second walk 659 SASS a 32-column step per warp against 745 a
+# 16-column step: 0.88x the instructions per chunk across the program. At P <= 64 two programs
+# of one warpgroup fit per SM already and one of two (209 registers, 136 KB) holds no more warps.
+# Not yet run on a GPU: to be golden-checked (tests/kernels/test_gluonaux.py -k warpgroups) and
+# timed (benchmarks/sweep_knob.py --cases N64_P128_R4_C16 --stage stage30_stepdesc --knob
 # aux_gluon.AUX_WARPGROUPS=1,2) before any stage takes it
 AUX_WARPGROUPS: int = 1
 
@@ -478,21 +480,22 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     if finish_dq and not rot_inline:
         raise ValueError("finish_dq: only with rot_inline (the pre-rotation q rows it needs are the ones it rotates)")
     N = meta.N
+    nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
     if rot_inline:
-        qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("q", "k")]
+        qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("q", "k")]
         rot = (x["q_bias"], x["k_bias"], s["COS"], s["SIN"])
     else:
-        qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, AUX_NB) for n in ("QR", "KR")]
+        qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
     launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks,))(
-        *qk, row_blocks(x["states"], meta.P, [AUX_NB, meta.P]),
+        *qk, row_blocks(x["states"], meta.P, [nb2, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
         *rot, out["DQ"], out["DANGLES"], x["k"],
         meta.S, meta.H, meta.G, meta.RD, 0,
-        N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=AUX_NB, PR=max(meta.P, WG_ROWS),
+        N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), num_warps=4 * AUX_WARPGROUPS,
     )
