@@ -17,8 +17,8 @@ page (``ncu --import R --page source --csv --print-source sass``, benchmarks/ncu
 Kinds (by the opcode's first part; uniform-datapath ``U...`` ops count with their base op):
 ``mma`` tensor-core ops, ``global`` / ``shared`` / ``local`` memory ops (``local`` is LDL /
 STL: register spills), ``float`` arithmetic and compares, ``convert``, ``int`` (integer and
-address arithmetic, moves, constants, predicates), ``shuffle``, ``control`` (branches,
-barriers, fences) and ``other``.
+address arithmetic, constants, predicates), ``move`` (register copies, MOV / UMOV / R2UR),
+``shuffle``, ``control`` (branches, barriers, fences) and ``other``.
 """
 from __future__ import annotations
 

@@ -343,25 +343,15 @@ def bwd_bwd_aux_gluon_kernel(
             kv = k2_buf.index(slot).load(ROW)
         q_hi, q_lo = tf32_split(qv)
         ks_hi, _ks_lo = tf32_split(kv * ts_r[:, None])
-        if DYN:  # this step's views of the buffers the products read (gluon_common.at_step)
-            z = j * ZERO
-            qth_j = at_step(qth_s, z)
-            qtl_j = at_step(qtl_s, z)
-            kth_j = at_step(kth_s, z)
-            st_j = at_step(st_s, z)
-            deh_j = at_step(deh_s, z)
-            del_j = at_step(del_s, z)
-            wth_j = at_step(wth_s, z)
-            dph_j = at_step(dph_s, z)
-        else:
-            qth_j = qth_s
-            qtl_j = qtl_s
-            kth_j = kth_s
-            st_j = st_s
-            deh_j = deh_s
-            del_j = del_s
-            wth_j = wth_s
-            dph_j = dph_s
+        z = j * ZERO  # this step's views of the buffers the products read (gluon_common.at_step)
+        qth_j = at_step(qth_s, z, DYN)
+        qtl_j = at_step(qtl_s, z, DYN)
+        kth_j = at_step(kth_s, z, DYN)
+        st_j = at_step(st_s, z, DYN)
+        deh_j = at_step(deh_s, z, DYN)
+        del_j = at_step(del_s, z, DYN)
+        wth_j = at_step(wth_s, z, DYN)
+        dph_j = at_step(dph_s, z, DYN)
         qth_j.store(gl.permute(q_hi, (1, 0)))
         qtl_j.store(gl.permute(q_lo, (1, 0)))
         kth_j.store(gl.permute(ks_hi, (1, 0)))

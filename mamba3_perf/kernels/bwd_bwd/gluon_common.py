@@ -39,13 +39,17 @@ def dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
 
 
 @gluon.jit
-def at_step(buf, z):
-    """The 2-d shared buffer ``buf`` viewed through a per-step index ``z`` that is 0 when the
-    kernel runs (a runtime zero times the loop index) but unknown to the compiler: the wgmma
-    descriptors of a loop-invariant buffer are then formed in each step from one base instead of
-    hoisted out of the loop, where tens of 64-bit descriptors exceed the uniform registers and
-    live in vector registers, moved back (R2UR) before each wgmma."""
-    return _reinterpret(buf, buf.dtype, [1, buf.shape[0], buf.shape[1]], buf.layout).index(z)
+def at_step(buf, z, DYN: gl.constexpr):
+    """The 2-d shared buffer ``buf`` as a loop step reads it: with DYN, viewed through a per-step
+    index ``z`` that is 0 when the kernel runs (a runtime zero times the loop index) but unknown to
+    the compiler, so that the wgmma descriptors of a loop-invariant buffer are formed in each step
+    from one base instead of hoisted out of the loop, where tens of 64-bit descriptors exceed the
+    uniform registers and live in vector registers, moved back (R2UR) before each wgmma; without,
+    ``buf`` itself."""
+    if DYN:
+        return _reinterpret(buf, buf.dtype, [1, buf.shape[0], buf.shape[1]], buf.layout).index(z)
+    else:
+        return buf
 
 
 # rows of every wgmma product: a warpgroup's least (chunks of C*R = 32 fused rows run on 64)
