@@ -38,7 +38,8 @@ LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfol
                            "stage20_auxinc", "stage21_halves", "stage22_lkqblock",
                            "stage23_gluonterms", "stage24_gluonaux", "stage25_subchunk",
                            "stage26_widep", "stage27_rotinline",
-                           "stage28_termsdk", "stage29_auxdq", "stage30_stepdesc")
+                           "stage28_termsdk", "stage29_auxdq", "stage30_stepdesc",
+                           "stage31_chunkpairs")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

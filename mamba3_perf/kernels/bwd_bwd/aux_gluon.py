@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels import launching
+from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
     rotation_parts, row_blocks, tf32_split, tma_load,
@@ -48,11 +49,20 @@ def _issue_qk(q_desc, k_desc, bar, q_s, k_s, row, col):
 
 
 @gluon.jit
-def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_s, row, row_st, col):
-    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes + st_desc.block_type.nbytes)
+def _issue_states(st_desc, bar, st_buf, slot, row_st, col, N: gl.constexpr, CP: gl.constexpr):
+    """The cached states blocks of the program's CP chunks (rows N apart) into ring slot ``slot``
+    (``st_buf`` [2 * CP, NB, P]: slot s, chunk k at s * CP + k)."""
+    for k in gl.static_range(CP):
+        tma_load(st_desc, [row_st + k * N + col, 0], bar, st_buf.index(slot * CP + k))
+
+
+@gluon.jit
+def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_buf, slot, row, row_st, col, N: gl.constexpr,
+               CP: gl.constexpr):
+    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes + CP * st_desc.block_type.nbytes)
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(k_desc, [row, col], bar, k_s)
-    tma_load(st_desc, [row_st + col, 0], bar, st_s)
+    _issue_states(st_desc, bar, st_buf, slot, row_st, col, N, CP)
 
 
 @gluon.jit
@@ -66,14 +76,27 @@ def _issue_qk_rot(q_desc, k_desc, bar, q_s, qp_s, k_s, kp_s, row, col, pcol):
 
 
 @gluon.jit
-def _issue_qks_rot(q_desc, k_desc, st_desc, bar, q_s, qp_s, k_s, kp_s, st_s, row, row_st, col, pcol, scol):
+def _issue_qks_rot(q_desc, k_desc, st_desc, bar, q_s, qp_s, k_s, kp_s, st_buf, slot, row, row_st, col, pcol, scol,
+                   N: gl.constexpr, CP: gl.constexpr):
     """_issue_qks from the 16-bit inputs: each q / k block and the block of its rotary partners."""
-    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes) + st_desc.block_type.nbytes)
+    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes) + CP * st_desc.block_type.nbytes)
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(q_desc, [row, pcol], bar, qp_s)
     tma_load(k_desc, [row, col], bar, k_s)
     tma_load(k_desc, [row, pcol], bar, kp_s)
-    tma_load(st_desc, [row_st + scol, 0], bar, st_s)
+    _issue_states(st_desc, bar, st_buf, slot, row_st, scol, N, CP)
+
+
+@gluon.jit
+def _increments(deh, dl, qth, qtl, p0: gl.constexpr, k0: gl.constexpr, K: gl.constexpr, MB: gl.constexpr):
+    """Rows p0 .. p0 + M of a chunk's dstates increment (dPhiO exp(da_cs))^T q on one N block,
+    its K fused rows from k0 (all M rows where a chunk fills them; each chunk's 32 of two), from
+    the TF32 parts of the A ([PR, M]) and of the block's q ([NB, M], read transposed)."""
+    M: gl.constexpr = qth.shape[1]
+    NB: gl.constexpr = qth.shape[0]
+    return dot3(deh.slice(p0, M, dim=0).slice(k0, K, dim=1), dl.slice(p0, M, dim=0).slice(k0, K, dim=1),
+                qth.slice(k0, K, dim=1).permute((1, 0)), qtl.slice(k0, K, dim=1).permute((1, 0)),
+                gl.zeros([M, NB], gl.float32, MB), False)
 
 
 @gluon.jit
@@ -98,7 +121,7 @@ def bwd_bwd_aux_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    FIN: gl.constexpr, DYN: gl.constexpr, num_warps: gl.constexpr,
+    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -107,10 +130,21 @@ def bwd_bwd_aux_gluon_kernel(
     instead of loading the pre kernel's fp32 QR / KR rows. FIN (with ROT): the second walk takes
     each first-half block and then its rotary partners and, instead of storing dQ's rotated-domain
     rows (DQR) for the post kernel, finishes dQ and stores DANGLES' q half itself on each pair
-    (gluon_common.finish_pair; the diagonal term from the GDB it stored and the 16-bit k, KIN)."""
-    CR: gl.constexpr = C * R
+    (gluon_common.finish_pair; the diagonal term from the GDB it stored and the 16-bit k, KIN).
+
+    CP: chunks per program, 1, or 2 where C*R = 32 (terms_gluon's CP): two chunks adjacent in time
+    fill the M rows, every row-indexed load and store that of one chunk of 2C steps, the scores'
+    blocks across the two chunks masked out (their weights, qk_dot and stores), and what is per
+    chunk taken per chunk: the cached states (two blocks a step; dPhiO against each, each chunk's
+    rows kept), the increments (each chunk's K rows of dPhiO exp(da_cs) and q: K = 32), DSSDA's
+    block, the D term's sum."""
+    CR: gl.constexpr = C * R  # fused rows of a chunk
+    CC: gl.constexpr = C * CP  # steps of the program's chunks
+    VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
     MT: gl.constexpr = M // R  # steps of the M rows
-    bhc, bh, b, h, c = chunk_coords(S, H, C)
+    bhcp, bh, b, h, cp = chunk_coords(S, H, CC)
+    bhc = bhcp * CP  # the first chunk's
+    c = cp * CP
     row_st = (bhc * N).to(gl.int32)
     if ROT:  # rows of the inputs viewed [B*S*R, G*N]; columns of head group hq
         row_k = ((b * S + c * C) * R).to(gl.int32)
@@ -139,7 +173,7 @@ def bwd_bwd_aux_gluon_kernel(
     p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
     t_r = c * C + i_r // R
     r_r = i_r % R
-    in_r = i_r < CR
+    in_r = i_r < VR
     vrow = ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psiv = (gl.load(V + vrow, mask=in_r[:, None], other=0.0).to(gl.float32)
             * gl.load(MV + (h * R + r_r[:, None]) * P + p_r[None, :]))
@@ -150,7 +184,11 @@ def bwd_bwd_aux_gluon_kernel(
         dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :],
                         mask=in_r[:, None], other=0.0).to(gl.float32)
     if HAS_D:
-        gl.store(DDP_S + bhc, gl.sum(gl.sum(dphio * psiv, axis=1), axis=0))
+        if CP == 2:  # each chunk's
+            gl.store(DDP_S + bhc, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], dphio * psiv, 0.0), axis=1), axis=0))
+            gl.store(DDP_S + bhc + 1, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], 0.0, dphio * psiv), axis=1), axis=0))
+        else:
+            gl.store(DDP_S + bhc, gl.sum(gl.sum(dphio * psiv, axis=1), axis=0))
     ps_hi, ps_lo = tf32_split(psiv)
     dp_hi, dp_lo = tf32_split(dphio)
     CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)
@@ -207,9 +245,9 @@ def bwd_bwd_aux_gluon_kernel(
         mbarrier.wait(bar1.index(slot), (j // 2) % 2)
         if ROT:
             qv = rotated_rows(q1_buf.index(slot).load(ROW), q1p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
-                              b, h, c, j * NB1, S, H, RD, N, C, R, ROW)
+                              b, h, cp, j * NB1, S, H, RD, N, CC, R, ROW)
             kv = rotated_rows(k1_buf.index(slot).load(ROW), k1p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
-                              b, h, c, j * NB1, S, H, RD, N, C, R, ROW)
+                              b, h, cp, j * NB1, S, H, RD, N, CC, R, ROW)
         else:
             qv = q1_buf.index(slot).load(ROW)
             kv = k1_buf.index(slot).load(ROW)
@@ -229,7 +267,8 @@ def bwd_bwd_aux_gluon_kernel(
     ti = i_s // R
     ri = i_s % R
     tj = j_s // R
-    in_s = (i_s < CR)[:, None] & (j_s < CR)[None, :]
+    # a chunk's rows against its own (CP = 2: the blocks across the two chunks out)
+    in_s = (i_s < VR)[:, None] & (j_s < VR)[None, :] & ((i_s // CR)[:, None] == (j_s // CR)[None, :])
     same = (ti[:, None] == tj[None, :]) & in_s
     t_i = c * C + ti
     qkd = gl.load(QKDOT + ((bh * S + t_i[:, None]) * R + (j_s % R)[None, :]) * R + ri[:, None],
@@ -237,12 +276,14 @@ def bwd_bwd_aux_gluon_kernel(
     dssda = gl.sum(gl.sum(gl.reshape(lkq * dkq, [MT, R, MT, R]), axis=3), axis=1)
     tk = gl.arange(0, MT, layout=gl.SliceLayout(1, dssda.type.layout))
     tq = gl.arange(0, MT, layout=gl.SliceLayout(0, dssda.type.layout))
-    gl.store(DSSDA + (bhc * C + tk[:, None]) * C + tq[None, :], dssda, mask=(tk < C)[:, None] & (tq < C)[None, :])
+    # each chunk's [C, C] block (chunk k's steps kC + a: at (bhc + k) C C + a C + b)
+    gl.store(DSSDA + (bhc * C + tk[:, None]) * C + tq[None, :] - (tk // C * C)[:, None], dssda,
+             mask=(tk < CC)[:, None] & ((tk // C)[:, None] == (tq // C)[None, :]))
     dgam = gl.sum(gl.reshape(gl.sum(qkd * dkq, axis=1), [MT, R]), axis=1)
     tg = gl.arange(0, MT, layout=dgam.type.layout)
-    gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < C)
-    gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < CR, other=0.0)
-    wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :], mask=in_s, other=0.0)
+    gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < CC)
+    gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < VR, other=0.0)
+    wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :] - (ti // C * C)[:, None], mask=in_s, other=0.0)
     # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
     dp_hi = dph_s.load(ROW)
@@ -263,7 +304,7 @@ def bwd_bwd_aux_gluon_kernel(
     gdb = gl.sum(gl.reshape(gd, [M, MT, R]), axis=1)
     ig = gl.arange(0, M, layout=gl.SliceLayout(1, gdb.type.layout))
     rg = gl.arange(0, R, layout=gl.SliceLayout(0, gdb.type.layout))
-    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < CR)[:, None])
+    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < VR)[:, None])
     # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
     # dkqw^T in shared memory (dQ's one pass)
     SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
@@ -277,7 +318,7 @@ def bwd_bwd_aux_gluon_kernel(
         dphio = dp_hi + dp_lo  # exact
     if HAS_D:
         dpsiv += gl.load(DSKIP + h) * gl.convert_layout(dphio, MP)
-    gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv, mask=(i_p < CR)[:, None])
+    gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv, mask=(i_p < VR)[:, None])
     # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on PR rows (those past P zero)
     ecs_r = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
     de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
@@ -295,13 +336,13 @@ def bwd_bwd_aux_gluon_kernel(
     # ---------------------------------------------------------------- N walk
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
-    ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < CR, other=0.0)
+    ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < VR, other=0.0)
     q2_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
     k2_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     if ROT:
         q2p_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
         k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
-    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, NB, P], st_desc.layout)
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, NB, P], st_desc.layout)
     bar2 = ring_barriers()
     BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], gl.float32)
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], gl.float32)
@@ -309,12 +350,14 @@ def bwd_bwd_aux_gluon_kernel(
     qtl_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)
     kth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dQ
     st_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # B of the cached-state term
+    if CP == 2:
+        st2_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # the second chunk's
     if ROT:
         _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), q2p_buf.index(0), k2_buf.index(0),
-                       k2p_buf.index(0), st_buf.index(0), row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0)
+                       k2p_buf.index(0), st_buf, 0, row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0, N, CP)
     else:
-        _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf.index(0),
-                   row_k, row_st, 0)
+        _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf, 0,
+                   row_k, row_st, 0, N, CP)
     acc_cs = gl.zeros([M, NB], gl.float32, MB)
     if FIN:
         d1 = gl.zeros([M, NB], gl.float32, MB)  # the pair's first-half dQ rows, until its partners come
@@ -328,16 +371,16 @@ def bwd_bwd_aux_gluon_kernel(
             if ROT:
                 _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
                                q2p_buf.index(1 - slot), k2_buf.index(1 - slot), k2p_buf.index(1 - slot),
-                               st_buf.index(1 - slot), row_k, row_st, col0 + n1, rotary_partner_col(hq, n1, N), n1)
+                               st_buf, 1 - slot, row_k, row_st, col0 + n1, rotary_partner_col(hq, n1, N), n1, N, CP)
             else:
                 _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
-                           k2_buf.index(1 - slot), st_buf.index(1 - slot), row_k, row_st, (j + 1) * NB)
+                           k2_buf.index(1 - slot), st_buf, 1 - slot, row_k, row_st, (j + 1) * NB, N, CP)
         mbarrier.wait(bar2.index(slot), (j // 2) % 2)
         if ROT:
             qv = rotated_rows(q2_buf.index(slot).load(ROW), q2p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
-                              b, h, c, n0, S, H, RD, N, C, R, ROW)
+                              b, h, cp, n0, S, H, RD, N, CC, R, ROW)
             kv = rotated_rows(k2_buf.index(slot).load(ROW), k2p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
-                              b, h, c, n0, S, H, RD, N, C, R, ROW)
+                              b, h, cp, n0, S, H, RD, N, CC, R, ROW)
         else:
             qv = q2_buf.index(slot).load(ROW)
             kv = k2_buf.index(slot).load(ROW)
@@ -355,20 +398,29 @@ def bwd_bwd_aux_gluon_kernel(
         qth_j.store(gl.permute(q_hi, (1, 0)))
         qtl_j.store(gl.permute(q_lo, (1, 0)))
         kth_j.store(gl.permute(ks_hi, (1, 0)))
-        st_j.store(st_buf.index(slot).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
+        st_j.store(st_buf.index(slot * CP).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
+        if CP == 2:
+            st2_j = at_step(st2_s, z, DYN)
+            st2_j.store(st_buf.index(slot * CP + 1).load(ROW).to(gl.float32))
         fence_async_shared()
         cta_barrier()
-        inc = dot3(deh_j.slice(0, M, dim=0), del_j.slice(0, M, dim=0), qth_j.permute((1, 0)),
-                   qtl_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
+        # the increments of each chunk: its K rows (CP = 2: each chunk's 32 of the 64)
+        inc = _increments(deh_j, del_j, qth_j, qtl_j, 0, 0, M // CP, MB)
+        if CP == 2:
+            inc2 = _increments(deh_j, del_j, qth_j, qtl_j, 0, CR, CR, MB)
         if PR > M:  # P = 2M: the increments' rows M..P
-            inc_hi = dot3(deh_j.slice(M, M, dim=0), del_j.slice(M, M, dim=0), qth_j.permute((1, 0)),
-                          qtl_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB), False)
+            inc_hi = _increments(deh_j, del_j, qth_j, qtl_j, M, 0, M // CP, MB)
+            if CP == 2:
+                inc2_hi = _increments(deh_j, del_j, qth_j, qtl_j, M, CR, CR, MB)
         dks = dot3(wa_hi, wa_lo, qth_j.permute((1, 0)), qtl_j.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
         dqr = warpgroup_mma(wth_j, kth_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                             use_acc=False, is_async=True)
         dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                use_acc=False, is_async=True)
+        if CP == 2:  # dPhiO against the second chunk's states: its rows kept below
+            dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+                                    use_acc=False, is_async=True)
         if ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
             qr_b = qth_j.permute((1, 0)).load(MB) + qtl_j.permute((1, 0)).load(MB)
         else:
@@ -377,9 +429,18 @@ def bwd_bwd_aux_gluon_kernel(
         if PR > M:
             inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
             gl.store(DST_S + (bhc * N + cols[None, :]) * P + M + i_b[:, None], inc_hi)  # rows: p - M
-        inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
+            if CP == 2:
+                inc2_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc2_hi,))
+                gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + M + i_b[:, None], inc2_hi)
+        if CP == 2:
+            inc, inc2, dks, dqr, dq_raw, dq_raw2 = warpgroup_mma_wait(
+                num_outstanding=0, deps=(inc, inc2, dks, dqr, dq_raw, dq_raw2))
+            gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + i_b[:, None], inc2, mask=(i_b < P)[:, None])
+            dq_raw = gl.where((i_b < CR)[:, None], dq_raw, dq_raw2)
+        else:
+            inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
-        gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < CR)[:, None])
+        gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < VR)[:, None])
         dqf = dqr + dq_raw * ecs_b[:, None]  # dQ's rotated-domain rows of the block
         if FIN:
             if j % 2 == 0:
@@ -387,16 +448,16 @@ def bwd_bwd_aux_gluon_kernel(
             else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
                 # pre-rotation rows formed again from the boxes (not held in registers across the products)
                 qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
-                                                   QBIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, MB)
-                finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, dqf, qxp, qx, qcs, qsn, b, h, hq, c, bhc, n0 - N // 2,
-                            S, H, G, RD, N, C, R, MB, True, False)
+                                                   QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
+                finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, dqf, qxp, qx, qcs, qsn, b, h, hq, cp, bhcp,
+                            n0 - N // 2, S, H, G, RD, N, CC, R, MB, True, False)
         else:
-            gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < CR)[:, None])
+            gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < VR)[:, None])
         acc_cs += qr_b * dq_raw
     release_ring(bar2)
     ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
     tc = gl.arange(0, MT, layout=ddacs.type.layout)
-    gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < C)
+    gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < CC)
 
 
 # P = 128 (the increments as two products of 64 rows; 160 KB of shared memory, one program per
@@ -407,16 +468,29 @@ def bwd_bwd_aux_gluon_kernel(
 WIDE_P: bool = False
 
 
-def supported(meta, wide_p: bool | None = None) -> bool:
+def supported(meta, wide_p: bool | None = None, chunk_pairs: bool | None = None) -> bool:
     """The shapes this kernel runs on: C*R = 64 fused rows (a warpgroup's least), P = 64 or 32
     (the increments' [P, NB] product on 64 rows; 128 too with WIDE_P), N a multiple of 32 (whole
     k / q blocks of both N walks). The kernel also computes C*R = 32 on 64 rows (the padded rows' paths are written
     and golden-checked on the H200: hopper set, hop-C8), but there it measured slower than
     stage22's aux with its wave pass: on N256_P64_R4_C8 the Gluon aux took 3383 us and the scan
     549 against 1866 us for the Triton aux and 772 for the wave pass
-    (records/profile-N256_P64_R4_C8-gluonaux-db00c95/aux-c32/), so C*R = 32 keeps stage22's."""
+    (records/profile-N256_P64_R4_C8-gluonaux-db00c95/), so C*R = 32 keeps stage22's, unless two
+    chunks run per program (``chunk_pairs``, default :data:`CHUNK_PAIRS`: :func:`chunks_per_program`)."""
     widths = (32, 64, 128) if (WIDE_P if wide_p is None else wide_p) else (32, 64)
-    return meta.C * meta.R == 64 and meta.P in widths and meta.N % AUX_NB1 == 0
+    rows = meta.C * meta.R * chunks_per_program(meta, chunk_pairs)
+    return rows == 64 and meta.P in widths and meta.N % AUX_NB1 == 0
+
+
+# knob: two chunks per program where C*R = 32 (:func:`chunks_per_program`), the default of
+# :func:`supported`'s and launch_aux's ``chunk_pairs``: off, C*R = 32 keeps stage22's Triton aux
+CHUNK_PAIRS: bool = False
+
+
+def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
+    """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
+    :data:`CHUNK_PAIRS`."""
+    return gluon_common.chunks_per_program(meta, CHUNK_PAIRS if chunk_pairs is None else chunk_pairs)
 
 
 # N columns per step of the k.q^T walk and of the N walk. AUX_NB = 32 halves the second walk's
@@ -453,7 +527,7 @@ def supports_rotation(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
-               **_ignored) -> None:
+               chunk_pairs: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -461,7 +535,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27);
     ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``step_desc``:
     the second N walk's operands viewed per step (:data:`DYN_DESC`, whose value is the default;
-    stage30)."""
+    stage30); ``chunk_pairs``: :func:`chunks_per_program`'s."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -470,6 +544,10 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     if finish_dq and not rot_inline:
         raise ValueError("finish_dq: only with rot_inline (the pre-rotation q rows it needs are the ones it rotates)")
     N = meta.N
+    cp = chunks_per_program(meta, chunk_pairs)
+    if meta.C * meta.R * cp != WG_ROWS:
+        raise ValueError(f"the Gluon aux runs {WG_ROWS} fused rows a program: C*R = {meta.C * meta.R} with "
+                         f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
     if rot_inline:
         qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("q", "k")]
@@ -477,7 +555,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     else:
         qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
-    launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks,))(
+    launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         *qk, row_blocks(x["states"], meta.P, [nb2, meta.P]),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
@@ -487,5 +565,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
-        DYN=bool(DYN_DESC if step_desc is None else step_desc), num_warps=4 * AUX_WARPGROUPS,
+        DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp, num_warps=4 * AUX_WARPGROUPS,
     )

@@ -56,6 +56,12 @@ def at_step(buf, z, DYN: gl.constexpr):
 WG_ROWS = 64
 
 
+def chunks_per_program(meta, pairs: bool) -> int:
+    """The Gluon kernels' CP: 2 where ``pairs`` and a chunk has C*R = 32 fused rows and the
+    sequence an even number of chunks (two adjacent chunks fill the WG_ROWS rows), else 1."""
+    return 2 if pairs and meta.C * meta.R * 2 == WG_ROWS and meta.nchunks % 2 == 0 else 1
+
+
 @gluon.jit
 def chunk_coords(S, H, C: gl.constexpr):
     """(bhc, bh, b, h, c) of a program on a (B*H*nchunks) grid (common.chunk_coords in Gluon)."""

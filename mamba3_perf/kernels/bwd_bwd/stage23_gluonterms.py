@@ -31,6 +31,8 @@ terms_gluon.warps stays 4.
 """
 from __future__ import annotations
 
+import functools
+
 from mamba3_perf.kernels.bwd_bwd import stage22_lkqblock
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -46,10 +48,15 @@ def uses_gluon(x: dict, meta) -> bool:
     return terms_gluon is not None and is_hopper(x["q"].device) and terms_gluon.supported(meta)
 
 
-def run_with(x: dict, out: dict, meta, **kw) -> None:
-    """stage23's pipeline; ``kw``: more stage22_lkqblock.run_with keywords (stage24)."""
-    stage22_lkqblock.run_with(x, out, meta,
-                              state_terms=terms_gluon.launch_state_terms if uses_gluon(x, meta) else None, **kw)
+def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, **kw) -> None:
+    """stage23's pipeline; ``chunk_pairs``: the Gluon state_terms' launch keyword (stage31);
+    ``kw``: more stage22_lkqblock.run_with keywords (stage24)."""
+    terms = None
+    if uses_gluon(x, meta):
+        terms = terms_gluon.launch_state_terms
+        if chunk_pairs:
+            terms = functools.partial(terms, chunk_pairs=True)
+    stage22_lkqblock.run_with(x, out, meta, state_terms=terms, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

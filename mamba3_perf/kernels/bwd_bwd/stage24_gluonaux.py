@@ -36,26 +36,29 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     aux_gluon = None
 
 
-def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None) -> bool:
+def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None, chunk_pairs: bool | None = None) -> bool:
     """Whether this stage runs the Gluon aux on ``x``'s device for ``meta``: a Hopper GPU, a shape
     aux_gluon is written for, 16-bit inputs and cached states (where stage22 runs dQ's two
     products at one TF32 pass: common.split_precisions' PQ), and the aux configuration it
     implements (the diagonal weight blocks: stage13's rule). It always forms the increments (one
     product per N block), so wherever it runs the state pass is the scan alone, stage17's and
     stage20's rules or not (on the P <= 64 shapes it takes, stage20 forms them anyway).
-    ``wide_p``: P = 128 too (aux_gluon.supported's; stage26)."""
-    return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta, wide_p)
+    ``wide_p``: P = 128 too (aux_gluon.supported's; stage26); ``chunk_pairs``: C*R = 32 too, two
+    chunks a program (aux_gluon.supported's; stage31)."""
+    return (aux_gluon is not None and is_hopper(x["q"].device) and aux_gluon.supported(meta, wide_p, chunk_pairs)
             and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
             and stage13_diagpost.moves_diagonal(meta))
 
 
-def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc: bool = False, **kw) -> None:
-    """stage24's pipeline; ``wide_p``: :func:`uses_gluon_aux`'s (stage26); ``step_desc``: the
-    Gluon aux's launch_aux keyword (stage30); ``kw``: more stage23_gluonterms.run_with keywords
-    (stage25)."""
-    aux = functools.partial(aux_gluon.launch_aux, step_desc=True) if step_desc else aux_gluon.launch_aux
+def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc: bool = False,
+             aux_pairs: bool | None = None, **kw) -> None:
+    """stage24's pipeline; ``wide_p``, ``aux_pairs``: :func:`uses_gluon_aux`'s ``wide_p`` (stage26)
+    and ``chunk_pairs`` (stage31), the latter also launch_aux's; ``step_desc``: the Gluon aux's
+    launch_aux keyword (stage30); ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
+    launch = {k: v for k, v in (("step_desc", step_desc or None), ("chunk_pairs", aux_pairs)) if v is not None}
+    aux = functools.partial(aux_gluon.launch_aux, **launch) if launch else aux_gluon.launch_aux
     gluon = (dict(aux=aux, split=True, aux_increments=True)
-             if uses_gluon_aux(x, meta, wide_p) else {})
+             if uses_gluon_aux(x, meta, wide_p, aux_pairs) else {})
     stage23_gluonterms.run_with(x, out, meta, **gluon, **kw)
 
 

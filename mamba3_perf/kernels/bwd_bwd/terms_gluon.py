@@ -20,6 +20,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mamba3_perf.kernels import launching
+from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
     rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
@@ -27,28 +28,58 @@ from mamba3_perf.kernels.bwd_bwd.gluon_common import (
 
 
 @gluon.jit
-def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, dks_s, row_s, row_k, col):
-    nbytes: gl.constexpr = (dst_desc.block_type.nbytes + st_desc.block_type.nbytes
+def _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N: gl.constexpr, CP: gl.constexpr):
+    """The dstates and states blocks of the program's CP chunks (rows N apart) into ring slot
+    ``slot`` (buffers [2 * CP, BNB, P]: slot s, chunk k at s * CP + k)."""
+    for k in gl.static_range(CP):
+        tma_load(dst_desc, [row_s + k * N + col, 0], bar, ds_buf.index(slot * CP + k))
+        tma_load(st_desc, [row_s + k * N + col, 0], bar, st_buf.index(slot * CP + k))
+
+
+@gluon.jit
+def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_s, dks_s, slot, row_s, row_k, col,
+                 N: gl.constexpr, CP: gl.constexpr):
+    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + st_desc.block_type.nbytes)
                             + kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
     mbarrier.expect(bar, nbytes)
-    tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
-    tma_load(st_desc, [row_s + col, 0], bar, st_s)
+    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP)
     tma_load(kr_desc, [row_k, col], bar, kr_s)
     tma_load(dks_desc, [row_k, col], bar, dks_s)
 
 
 @gluon.jit
-def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_s, st_s, kr_s, krp_s, dks_s, row_s, row_k, col,
-                     row_x, xcol, pcol):
+def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_s, krp_s, dks_s, slot, row_s,
+                     row_k, col, row_x, xcol, pcol, N: gl.constexpr, CP: gl.constexpr):
     """_issue_block with the k rows from the 16-bit input: the block and its rotary partners."""
-    nbytes: gl.constexpr = (dst_desc.block_type.nbytes + st_desc.block_type.nbytes
+    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + st_desc.block_type.nbytes)
                             + 2 * kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
     mbarrier.expect(bar, nbytes)
-    tma_load(dst_desc, [row_s + col, 0], bar, ds_s)
-    tma_load(st_desc, [row_s + col, 0], bar, st_s)
+    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP)
     tma_load(kr_desc, [row_x, xcol], bar, kr_s)
     tma_load(kr_desc, [row_x, pcol], bar, krp_s)
     tma_load(dks_desc, [row_k, col], bar, dks_s)
+
+
+@gluon.jit
+def _stage_dstates(ds, dsh_s, dsl_s, dsth_s, dstl_s):
+    """One chunk's dstates block split into its TF32 parts, written as the B operands of both
+    products: [BNB, P] for dK_raw (K = P) and transposed for ks dstates (K = BNB)."""
+    ds_hi, ds_lo = tf32_split(ds)
+    dsh_s.store(ds_hi)
+    dsl_s.store(ds_lo)
+    dsth_s.store(gl.permute(ds_hi, (1, 0)))
+    dstl_s.store(gl.permute(ds_lo, (1, 0)))
+
+
+@gluon.jit
+def _rows_of(x, first: gl.constexpr, i, CR: gl.constexpr, AL: gl.constexpr):
+    """x's rows of the program's first chunk (``first``) or of its second, the rest 0, as an A
+    operand in layout AL."""
+    if first:
+        y = gl.where((i < CR)[:, None], x, 0.0)
+    else:
+        y = gl.where((i < CR)[:, None], 0.0, x)
+    return gl.convert_layout(y, AL)
 
 
 @gluon.jit
@@ -58,7 +89,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS,
     S, H, G, RD,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, num_warps: gl.constexpr,
+    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -70,10 +101,19 @@ def bwd_bwd_state_terms_gluon_kernel(
     FIN (with ROT): the walk takes each first-half block and then its rotary partners, and
     instead of storing dK's rotated-domain rows (DKR) for the post kernel, finishes dK and
     DANGLES' k half itself on each pair (gluon_common.finish_pair; ADD_DANG: added to the q half
-    the aux stored, aux_gluon's FIN)."""
-    CR: gl.constexpr = C * R
-    MT: gl.constexpr = M // R  # steps of the M rows (C where C*R = 64)
-    bhc, bh, b, h, c = chunk_coords(S, H, C)
+    the aux stored, aux_gluon's FIN).
+
+    CP: chunks per program, 1, or 2 where C*R = 32: two chunks adjacent in time fill the M rows,
+    every row-indexed load and store the same as for one chunk of 2C steps (their rows are
+    adjacent in every buffer), and only what is per chunk taken per chunk: its dstates and states
+    blocks (two of each a step), dK_raw (PsiV against each chunk's dstates, the rows of each
+    kept), ks dstates (each chunk's ks rows against its dstates), DDA, DMIMO_V's part."""
+    CR: gl.constexpr = C * R  # fused rows of a chunk
+    CC: gl.constexpr = C * CP  # steps of the program's chunks
+    MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
+    bhcp, bh, b, h, cp = chunk_coords(S, H, CC)
+    bhc = bhcp * CP  # the first chunk's
+    c = cp * CP
 
     # one warpgroup per WN column slice of each product (4 warps: one warpgroup, whole rows)
     WN: gl.constexpr = num_warps // 4
@@ -84,11 +124,11 @@ def bwd_bwd_state_terms_gluon_kernel(
                                                  instr_shape=[16, P // WN, 8])
     AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
 
-    # PsiV rows [CR, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
+    # PsiV rows [CC*R, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
     i_r = gl.arange(0, M, layout=gl.SliceLayout(1, ROW))
     p_r = gl.arange(0, P, layout=gl.SliceLayout(0, ROW))
     t_r = c * C + i_r // R
-    row_ok = (i_r < CR)[:, None]
+    row_ok = (i_r < CC * R)[:, None]
     v_ptr = V + ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psi_ptr = MV + (h * R + (i_r % R)[:, None]) * P + p_r[None, :]
     psiv_hi, psiv_lo = tf32_split(gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32) * gl.load(psi_ptr))
@@ -100,12 +140,12 @@ def bwd_bwd_state_terms_gluon_kernel(
     i_k = gl.arange(0, M, layout=gl.SliceLayout(1, MK))
     n_k = gl.arange(0, BNB, layout=gl.SliceLayout(0, MK))
     t_k = c * C + i_k // R
-    ts = gl.load(TS_S + bh * S + t_k, mask=i_k < CR, other=0.0)  # 0 past the chunk: ks rows 0
-    erev = gl.load(EREV_S + bh * S + t_k, mask=i_k < CR, other=0.0)
+    ts = gl.load(TS_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)  # 0 past the chunk: ks rows 0
+    erev = gl.load(EREV_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)
 
-    # the two-slot TMA ring and the split dstates operands
-    ds_buf = gl.allocate_shared_memory(gl.float32, [2, BNB, P], dst_desc.layout)
-    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2, BNB, P], st_desc.layout)
+    # the two-slot TMA ring (each chunk's dstates and states blocks) and the split dstates operands
+    ds_buf = gl.allocate_shared_memory(gl.float32, [2 * CP, BNB, P], dst_desc.layout)
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, BNB, P], st_desc.layout)
     kr_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
     if ROT:
         krp_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
@@ -113,10 +153,10 @@ def bwd_bwd_state_terms_gluon_kernel(
     bars = ring_barriers()
     DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
     DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], gl.float32)
-    dsh_s = gl.allocate_shared_memory(gl.float32, [BNB, P], DSN_L)
-    dsl_s = gl.allocate_shared_memory(gl.float32, [BNB, P], DSN_L)
-    dsth_s = gl.allocate_shared_memory(gl.float32, [P, BNB], DST_L)
-    dstl_s = gl.allocate_shared_memory(gl.float32, [P, BNB], DST_L)
+    dsh_s = gl.allocate_shared_memory(gl.float32, [CP, BNB, P], DSN_L)
+    dsl_s = gl.allocate_shared_memory(gl.float32, [CP, BNB, P], DSN_L)
+    dsth_s = gl.allocate_shared_memory(gl.float32, [CP, P, BNB], DST_L)
+    dstl_s = gl.allocate_shared_memory(gl.float32, [CP, P, BNB], DST_L)
 
     row_s = (bhc * N).to(gl.int32)
     row_k = (bhc * CR).to(gl.int32)
@@ -124,17 +164,19 @@ def bwd_bwd_state_terms_gluon_kernel(
         row_x = ((b * S + c * C) * R).to(gl.int32)
         hq = h // (H // G)
         col0 = (hq * N).to(gl.int32)
-        _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
-                         kr_buf.index(0), krp_buf.index(0), dks_buf.index(0), row_s, row_k, 0, row_x, col0,
-                         rotary_partner_col(hq, 0, N))
+        _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf, st_buf,
+                         kr_buf.index(0), krp_buf.index(0), dks_buf.index(0), 0, row_s, row_k, 0, row_x, col0,
+                         rotary_partner_col(hq, 0, N), N, CP)
     else:
-        _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf.index(0), st_buf.index(0),
-                     kr_buf.index(0), dks_buf.index(0), row_s, row_k, 0)
+        _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf, st_buf,
+                     kr_buf.index(0), dks_buf.index(0), 0, row_s, row_k, 0, N, CP)
 
     acc = gl.zeros([M, P], gl.float32, MP)
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
     acc_fac = gl.zeros([M, BNB], gl.float32, MK)
     acc_dda = gl.zeros([BNB, P], gl.float32, ROW)
+    if CP == 2:
+        acc_dda2 = gl.zeros([BNB, P], gl.float32, ROW)  # the second chunk's
     if FIN:
         d1 = gl.zeros([M, BNB], gl.float32, MK)  # the pair's first-half rows, until its partners come
     NSTEPS: gl.constexpr = N // BNB
@@ -145,38 +187,51 @@ def bwd_bwd_state_terms_gluon_kernel(
         if j + 1 < NSTEPS:
             cta_barrier()  # every warp is done reading the slot the next copy fills
             if ROT:
-                _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
-                                 st_buf.index(1 - slot), kr_buf.index(1 - slot), krp_buf.index(1 - slot),
-                                 dks_buf.index(1 - slot), row_s, row_k, n1, row_x, col0 + n1,
-                                 rotary_partner_col(hq, n1, N))
+                _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf,
+                                 kr_buf.index(1 - slot), krp_buf.index(1 - slot), dks_buf.index(1 - slot), 1 - slot,
+                                 row_s, row_k, n1, row_x, col0 + n1, rotary_partner_col(hq, n1, N), N, CP)
             else:
-                _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf.index(1 - slot),
-                             st_buf.index(1 - slot), kr_buf.index(1 - slot), dks_buf.index(1 - slot),
-                             row_s, row_k, (j + 1) * BNB)
+                _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf,
+                             kr_buf.index(1 - slot), dks_buf.index(1 - slot), 1 - slot,
+                             row_s, row_k, (j + 1) * BNB, N, CP)
         mbarrier.wait(bars.index(slot), (j // 2) % 2)
-        ds = ds_buf.index(slot).load(ROW)
-        ds_hi, ds_lo = tf32_split(ds)
-        dsh_s.store(ds_hi)
-        dsl_s.store(ds_lo)
-        dsth_s.store(gl.permute(ds_hi, (1, 0)))
-        dstl_s.store(gl.permute(ds_lo, (1, 0)))
+        ds = ds_buf.index(slot * CP).load(ROW)
+        _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
+        if CP == 2:  # the second chunk's DDA term formed here: its dstates not held across the products
+            ds2 = ds_buf.index(slot * CP + 1).load(ROW)
+            _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
+            acc_dda2 += st_buf.index(slot * CP + 1).load(ROW).to(gl.float32) * ds2
         if ROT:
             kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
-                              b, h, c, n0, S, H, RD, N, C, R, MK)
+                              b, h, cp, n0, S, H, RD, N, CC, R, MK)
         else:
             kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
         ks_hi, ks_lo = tf32_split(ks)
-        a_hi = gl.convert_layout(ks_hi, AK)
-        a_lo = gl.convert_layout(ks_lo, AK)
+        if CP == 2:  # each chunk's ks rows against its own dstates
+            a_hi = _rows_of(ks_hi, True, i_k, CR, AK)
+            a_lo = _rows_of(ks_lo, True, i_k, CR, AK)
+            a2_hi = _rows_of(ks_hi, False, i_k, CR, AK)
+            a2_lo = _rows_of(ks_lo, False, i_k, CR, AK)
+        else:
+            a_hi = gl.convert_layout(ks_hi, AK)
+            a_lo = gl.convert_layout(ks_lo, AK)
         fence_async_shared()
         cta_barrier()
-        dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.permute((1, 0)), dsl_s.permute((1, 0)),
+        dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(0).permute((1, 0)), dsl_s.index(0).permute((1, 0)),
                   gl.zeros([M, BNB], gl.float32, MK), False)
-        acc = dot3(a_hi, a_lo, dsth_s.permute((1, 0)), dstl_s.permute((1, 0)), acc, True)
-        acc_dda += st_buf.index(slot).load(ROW).to(gl.float32) * ds
+        acc = dot3(a_hi, a_lo, dsth_s.index(0).permute((1, 0)), dstl_s.index(0).permute((1, 0)), acc, True)
+        if CP == 2:
+            dk2 = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(1).permute((1, 0)), dsl_s.index(1).permute((1, 0)),
+                       gl.zeros([M, BNB], gl.float32, MK), False)
+            acc = dot3(a2_hi, a2_lo, dsth_s.index(1).permute((1, 0)), dstl_s.index(1).permute((1, 0)), acc, True)
+        acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
         dks_in = dks_buf.index(slot).load(MK)
-        dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
+        if CP == 2:
+            dk, dk2, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk2, acc))
+            dk = gl.where((i_k < CR)[:, None], dk, dk2)
+        else:
+            dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
         dks = dks_in + dk * erev[:, None]
         if FIN:
             if j % 2 == 0:
@@ -184,12 +239,12 @@ def bwd_bwd_state_terms_gluon_kernel(
             else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
                 # pre-rotation rows formed again from the boxes (not held in registers across the products)
                 kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
-                                                   COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, MK)
-                finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, c, bhc,
-                            n0 - N // 2, S, H, G, RD, N, C, R, MK, False, ADD_DANG)
+                                                   COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK)
+                finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
+                            bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG)
         else:
             gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
-                     mask=(i_k < CR)[:, None])
+                     mask=(i_k < CC * R)[:, None])
         acc_rev += ks * dk
         acc_fac += kr * dks
     release_ring(bars)
@@ -197,32 +252,41 @@ def bwd_bwd_state_terms_gluon_kernel(
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
-    erev_p = gl.load(EREV_S + bh * S + c * C + i_p // R, mask=i_p < CR, other=0.0)
-    dpsiv = gl.load(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], mask=(i_p < CR)[:, None],
+    erev_p = gl.load(EREV_S + bh * S + c * C + i_p // R, mask=i_p < CC * R, other=0.0)
+    dpsiv = gl.load(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], mask=(i_p < CC * R)[:, None],
                     other=0.0) + acc * erev_p[:, None]  # 0 past the chunk
     dpsiv = gl.convert_layout(dpsiv, ROW)
 
-    # value side: DV[t] = sum_r dPsiV[t, r] mimo_v[r]; this chunk's DMIMO_V[r] = sum_t dPsiV[t, r] v[t]
+    # value side: DV[t] = sum_r dPsiV[t, r] mimo_v[r]; each chunk's DMIMO_V[r] = sum_t dPsiV[t, r] v[t]
     dv = gl.sum(gl.reshape(dpsiv * gl.load(psi_ptr), [MT, R, P]), axis=1)
     t_v = gl.arange(0, MT, layout=gl.SliceLayout(1, dv.type.layout))
     p_v = gl.arange(0, P, layout=gl.SliceLayout(0, dv.type.layout))
     gl.store(DV + ((b * S + c * C + t_v[:, None]) * H + h) * P + p_v[None, :], dv.to(DV.dtype.element_ty),
-             mask=(t_v < C)[:, None])
-    dmv = gl.sum(gl.reshape(dpsiv * gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32), [MT, R, P]), axis=0)
+             mask=(t_v < CC)[:, None])
+    dvp = dpsiv * gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32)
+    if CP == 2:
+        dmv = gl.sum(gl.reshape(gl.where((i_r < CR)[:, None], dvp, 0.0), [MT, R, P]), axis=0)
+        dmv2 = gl.sum(gl.reshape(gl.where((i_r < CR)[:, None], 0.0, dvp), [MT, R, P]), axis=0)
+    else:
+        dmv = gl.sum(gl.reshape(dvp, [MT, R, P]), axis=0)
     r_m = gl.arange(0, R, layout=gl.SliceLayout(1, dmv.type.layout))
     p_m = gl.arange(0, P, layout=gl.SliceLayout(0, dmv.type.layout))
     gl.store(DMVP_S + (bhc * R + r_m[:, None]) * P + p_m[None, :], dmv)
+    if CP == 2:
+        gl.store(DMVP_S + ((bhc + 1) * R + r_m[:, None]) * P + p_m[None, :], dmv2)
 
     # the N sums, per step
     ddacsrev = gl.sum(gl.reshape(gl.sum(acc_rev, axis=1), [MT, R]), axis=1)
     dfac = gl.sum(gl.reshape(gl.sum(acc_fac, axis=1), [MT, R]), axis=1)
     t_s = gl.arange(0, MT, layout=ddacsrev.type.layout)
-    gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev, mask=t_s < C)
+    gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev, mask=t_s < CC)
     t_f = gl.arange(0, MT, layout=dfac.type.layout)
-    gl.store(DFAC + bh * S + c * C + t_f, dfac, mask=t_f < C)
+    gl.store(DFAC + bh * S + c * C + t_f, dfac, mask=t_f < CC)
     dda = gl.load(DECAY_S + bhc) * gl.sum(gl.sum(acc_dda, axis=1), axis=0)
+    if CP == 2:  # the second chunk's steps take its own
+        dda = gl.where(t_s < C, dda, gl.load(DECAY_S + bhc + 1) * gl.sum(gl.sum(acc_dda2, axis=1), axis=0))
     gl.store(DDA + bh * S + c * C + t_s, gl.full([MT], 0.0, gl.float32, layout=ddacsrev.type.layout) + dda,
-             mask=t_s < C)
+             mask=t_s < CC)
 
 
 # launch options in place of :func:`warps`' rule where set (benchmarks/sweep_launch.py's
@@ -257,20 +321,36 @@ def supported(meta) -> bool:
     return meta.C * meta.R in (32, 64) and meta.P in (32, 64, 128) and meta.N % block_rows(meta) == 0
 
 
+# knob: two chunks per program where C*R = 32 (:func:`chunks_per_program`; the kernel's CP), the
+# default of launch_state_terms' ``chunk_pairs``. One chunk of 32 rows runs its products on 64,
+# half of every [64, ...] tile (k, ks, dK, PsiV, the TMA boxes of k and dK) another chunk's and
+# unused; two chunks fill them, at two dstates / states blocks and twice the wgmma a step (each
+# chunk's dstates against all 64 PsiV rows) per program, half the programs and steps
+CHUNK_PAIRS: bool = False
+
+
+def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
+    """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
+    :data:`CHUNK_PAIRS`."""
+    return gluon_common.chunks_per_program(meta, CHUNK_PAIRS if chunk_pairs is None else chunk_pairs)
+
+
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every step's block inside one rotary half."""
     return (meta.N // 2) % block_rows(meta) == 0
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
-                       dangles_started: bool = False, **_ignored) -> None:
+                       dangles_started: bool = False, chunk_pairs: bool | None = None, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
     sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27); ``finish_dk`` (with it): DK and
     DANGLES' k half stored here, no DKR (stage28; the post kernel then takes K_DONE);
-    ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29)."""
+    ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29);
+    ``chunk_pairs``: :func:`chunks_per_program`'s (stage31)."""
     bnb = block_rows(meta)
+    cp = chunks_per_program(meta, chunk_pairs)
     if (rot_inline or finish_dk) and not supports_rotation(meta):
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
     if finish_dk and not rot_inline:
@@ -283,7 +363,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         fin = (out["DK"], out["DANGLES"], s["GDB"], x["q"], x["q_bias"])
     else:
         fin = (out["DV"], out["DANGLES"], x["k_bias"], x["q"], x["q_bias"])  # unread
-    launching.launch(bwd_bwd_state_terms_gluon_kernel, (meta.B * meta.H * meta.nchunks,))(
+    launching.launch(bwd_bwd_state_terms_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
         kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
@@ -291,5 +371,5 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         *rot, *fin,
         meta.S, meta.H, meta.G, meta.RD,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
-        ADD_DANG=dangles_started, num_warps=warps(meta),
+        ADD_DANG=dangles_started, CP=cp, num_warps=warps(meta),
     )
