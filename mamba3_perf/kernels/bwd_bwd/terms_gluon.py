@@ -22,7 +22,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
     rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
@@ -72,22 +72,21 @@ def _stage_dstates(ds, dsh_s, dsl_s, dsth_s, dstl_s):
 
 
 @gluon.jit
-def _rows_of(x, first: gl.constexpr, i, CR: gl.constexpr, AL: gl.constexpr):
-    """x's rows of the program's first chunk (``first``) or of its second, the rest 0, as an A
-    operand in layout AL."""
+def _chunk_rows(x, first: gl.constexpr, i, CR: gl.constexpr):
+    """x's rows of the program's first chunk (``first``) or of its second, the rest 0."""
     if first:
         y = gl.where((i < CR)[:, None], x, 0.0)
     else:
         y = gl.where((i < CR)[:, None], 0.0, x)
-    return gl.convert_layout(y, AL)
+    return y
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
 def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
     V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
     KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS,
-    S, H, G, RD,
+    S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -197,7 +196,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         mbarrier.wait(bars.index(slot), (j // 2) % 2)
         ds = ds_buf.index(slot * CP).load(ROW)
         _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
-        if CP == 2:  # the second chunk's DDA term formed here: its dstates not held across the products
+        if CP == 2:  # both chunks' DDA terms formed here: their dstates not held across the products
+            acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
             ds2 = ds_buf.index(slot * CP + 1).load(ROW)
             _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
             acc_dda2 += st_buf.index(slot * CP + 1).load(ROW).to(gl.float32) * ds2
@@ -208,24 +208,33 @@ def bwd_bwd_state_terms_gluon_kernel(
             kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
         ks_hi, ks_lo = tf32_split(ks)
+        z = j * ZERO  # CP = 2: this step's views of what the products read (gluon_common.at_step)
         if CP == 2:  # each chunk's ks rows against its own dstates
-            a_hi = _rows_of(ks_hi, True, i_k, CR, AK)
-            a_lo = _rows_of(ks_lo, True, i_k, CR, AK)
-            a2_hi = _rows_of(ks_hi, False, i_k, CR, AK)
-            a2_lo = _rows_of(ks_lo, False, i_k, CR, AK)
+            a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
+            a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
+            a2_hi = gl.convert_layout(_chunk_rows(ks_hi, False, i_k, CR), AK)
+            a2_lo = gl.convert_layout(_chunk_rows(ks_lo, False, i_k, CR), AK)
         else:
             a_hi = gl.convert_layout(ks_hi, AK)
             a_lo = gl.convert_layout(ks_lo, AK)
         fence_async_shared()
         cta_barrier()
-        dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(0).permute((1, 0)), dsl_s.index(0).permute((1, 0)),
-                  gl.zeros([M, BNB], gl.float32, MK), False)
-        acc = dot3(a_hi, a_lo, dsth_s.index(0).permute((1, 0)), dstl_s.index(0).permute((1, 0)), acc, True)
-        if CP == 2:
-            dk2 = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(1).permute((1, 0)), dsl_s.index(1).permute((1, 0)),
+        if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
+            ps_hi = at_step(psiv_hi_s, z, True)
+            ps_lo = at_step(psiv_lo_s, z, True)
+            dk = dot3(ps_hi, ps_lo, dsh_s.index(z).permute((1, 0)), dsl_s.index(z).permute((1, 0)),
+                      gl.zeros([M, BNB], gl.float32, MK), False)
+            acc = dot3(a_hi, a_lo, dsth_s.index(z).permute((1, 0)), dstl_s.index(z).permute((1, 0)), acc, True)
+            dk2 = dot3(ps_hi, ps_lo, dsh_s.index(z + 1).permute((1, 0)), dsl_s.index(z + 1).permute((1, 0)),
                        gl.zeros([M, BNB], gl.float32, MK), False)
-            acc = dot3(a2_hi, a2_lo, dsth_s.index(1).permute((1, 0)), dstl_s.index(1).permute((1, 0)), acc, True)
-        acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
+            acc = dot3(a2_hi, a2_lo, dsth_s.index(z + 1).permute((1, 0)), dstl_s.index(z + 1).permute((1, 0)),
+                       acc, True)
+        else:
+            dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(0).permute((1, 0)), dsl_s.index(0).permute((1, 0)),
+                      gl.zeros([M, BNB], gl.float32, MK), False)
+            acc = dot3(a_hi, a_lo, dsth_s.index(0).permute((1, 0)), dstl_s.index(0).permute((1, 0)), acc, True)
+        if CP == 1:
+            acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
         dks_in = dks_buf.index(slot).load(MK)
         if CP == 2:
             dk, dk2, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk2, acc))
@@ -369,7 +378,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         *rot, *fin,
-        meta.S, meta.H, meta.G, meta.RD,
+        meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp, num_warps=warps(meta),
     )
