@@ -475,7 +475,7 @@ def supported(meta, wide_p: bool | None = None, chunk_pairs: bool | None = None)
     and golden-checked on the H200: hopper set, hop-C8), but there it measured slower than
     stage22's aux with its wave pass: on N256_P64_R4_C8 the Gluon aux took 3383 us and the scan
     549 against 1866 us for the Triton aux and 772 for the wave pass
-    (records/profile-N256_P64_R4_C8-gluonaux-db00c95/), so C*R = 32 keeps stage22's, unless two
+    (records/profile-N256_P64_R4_C8-gluonaux-db00c95/aux-c32/), so C*R = 32 keeps stage22's, unless two
     chunks run per program (``chunk_pairs``, default :data:`CHUNK_PAIRS`: :func:`chunks_per_program`)."""
     widths = (32, 64, 128) if (WIDE_P if wide_p is None else wide_p) else (32, 64)
     rows = meta.C * meta.R * chunks_per_program(meta, chunk_pairs)
