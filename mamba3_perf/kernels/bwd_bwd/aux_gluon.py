@@ -184,11 +184,12 @@ def bwd_bwd_aux_gluon_kernel(
         dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :],
                         mask=in_r[:, None], other=0.0).to(gl.float32)
     if HAS_D:
+        ddp = dphio * psiv
         if CP == 2:  # each chunk's
-            gl.store(DDP_S + bhc, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], dphio * psiv, 0.0), axis=1), axis=0))
-            gl.store(DDP_S + bhc + 1, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], 0.0, dphio * psiv), axis=1), axis=0))
+            gl.store(DDP_S + bhc, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], ddp, 0.0), axis=1), axis=0))
+            gl.store(DDP_S + bhc + 1, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], 0.0, ddp), axis=1), axis=0))
         else:
-            gl.store(DDP_S + bhc, gl.sum(gl.sum(dphio * psiv, axis=1), axis=0))
+            gl.store(DDP_S + bhc, gl.sum(gl.sum(ddp, axis=1), axis=0))
     ps_hi, ps_lo = tf32_split(psiv)
     dp_hi, dp_lo = tf32_split(dphio)
     CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)

@@ -55,7 +55,9 @@ def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc:
     """stage24's pipeline; ``wide_p``, ``aux_pairs``: :func:`uses_gluon_aux`'s ``wide_p`` (stage26)
     and ``chunk_pairs`` (stage31), the latter also launch_aux's; ``step_desc``: the Gluon aux's
     launch_aux keyword (stage30); ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
-    launch = {k: v for k, v in (("step_desc", step_desc or None), ("chunk_pairs", aux_pairs)) if v is not None}
+    launch = dict(step_desc=True) if step_desc else {}
+    if aux_pairs is not None:
+        launch["chunk_pairs"] = aux_pairs
     aux = functools.partial(aux_gluon.launch_aux, **launch) if launch else aux_gluon.launch_aux
     gluon = (dict(aux=aux, split=True, aux_increments=True)
              if uses_gluon_aux(x, meta, wide_p, aux_pairs) else {})

@@ -208,7 +208,6 @@ def bwd_bwd_state_terms_gluon_kernel(
             kr = kr_buf.index(slot).load(MK)
         ks = kr * ts[:, None]
         ks_hi, ks_lo = tf32_split(ks)
-        z = j * ZERO  # CP = 2: this step's views of what the products read (gluon_common.at_step)
         if CP == 2:  # each chunk's ks rows against its own dstates
             a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
             a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
@@ -220,6 +219,7 @@ def bwd_bwd_state_terms_gluon_kernel(
         fence_async_shared()
         cta_barrier()
         if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
+            z = j * ZERO  # this step's views of what the products read (gluon_common.at_step)
             ps_hi = at_step(psiv_hi_s, z, True)
             ps_lo = at_step(psiv_lo_s, z, True)
             dk = dot3(ps_hi, ps_lo, dsh_s.index(z).permute((1, 0)), dsl_s.index(z).permute((1, 0)),
