@@ -5,9 +5,12 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
     python benchmarks/ptxas_stage.py stage15_passwave 128 64 4 16 --sass   # + instruction mix
     python benchmarks/ptxas_stage.py stage25_subchunk 64 128 4 16 --knob aux_gluon.WIDE_P=1
+    python benchmarks/ptxas_stage.py stage30_stepdesc 128 64 4 16 --kernel aux --banks
 
 ``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
 static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix).
+``--banks`` prints each Gluon kernel's copies between registers and shared memory with their
+shared-memory wavefronts, excess over the ideal and bank conflicts (mamba3_perf.analysis.banks).
 
 How the launches are captured and compiled: mamba3_perf/kernels/codegen.py. The Triton that
 compiles is the one imported (the H200 runs 3.6: PYTHONPATH=<a triton 3.6 install> gives its
@@ -58,6 +61,20 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
     return report
 
 
+def banks_report(fn, args: tuple, kwargs: dict) -> str:
+    """The kernel's register <-> shared copies per site (mamba3_perf.analysis.banks.summary), the
+    layouts of those with excess wavefronts below the table; per warp, for one copy."""
+    from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary
+
+    table = summary(compile_with_accesses(fn, args, kwargs)[2])
+    if table.empty:
+        return "  (no register <-> shared copies: not a Gluon kernel)"
+    lines = [table[[f for f in BANK_FIELDS if f not in ("dtype", "note")]].to_string(index=False)]
+    for i, row in table[table["excess"] > 0].iterrows():
+        lines.append(f"  {row['line']} {row['via']} {row['kind']}: {row['register_layout']} -> {row['shared_layout']}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage")
@@ -73,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernel", default=None, help="only the kernels whose name contains this")
     ap.add_argument("--sass", action="store_true",
                     help="also print each kernel's static SASS instruction mix, whole and per loop")
+    ap.add_argument("--banks", action="store_true",
+                    help="also print each Gluon kernel's register <-> shared copies and their wavefronts")
     ap.add_argument("--knob", action="append", default=[], metavar="MODULE.ATTR=v",
                     help="set a kernels knob (mamba3_perf.kernels.knobs) for this compile; repeatable")
     a = ap.parse_args(argv)
@@ -87,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
             print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass,
                                maxnreg=a.maxnreg),
                   flush=True)
+            if a.banks:
+                print(banks_report(fn, args, kwargs), flush=True)
 
 
 if __name__ == "__main__":

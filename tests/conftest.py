@@ -1,6 +1,10 @@
 """Test set-up: run Triton kernels through the interpreter where no GPU is present, and
-NaN-poison ``torch.empty`` so a kernel that leaves part of an output unwritten fails."""
+NaN-poison ``torch.empty`` so a kernel that leaves part of an output unwritten fails; and
+``compile_stage``, compiling a stage's kernels for sm_90 on this machine."""
+import json
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -23,3 +27,22 @@ def _nan_empty(*args, **kwargs):
 def nan_poisoned_empty(monkeypatch):
     monkeypatch.setattr(torch, "empty", _nan_empty)
     yield
+
+
+@pytest.fixture
+def compile_stage():
+    """Compile a stage's launches on a small case of (N, P, R, C) for the H200 (sm_90) with
+    mamba3_perf.kernels.codegen in a subprocess (real JIT functions need TRITON_INTERPRET unset):
+    {kernel name: its JSON line (launch options, shared memory, MMA shapes)} of the kernels whose
+    name contains ``kernel`` (every kernel: ""); ``knobs``: MODULE.ATTR=v knobs (kernels.knobs) set
+    for the compile; ``banks``: each line with its Gluon kernel's register <-> shared copies
+    (mamba3_perf.analysis.banks.summary's rows, under "banks")."""
+    def run(stage, N, P, R, C, kernel, knobs=(), banks=False):
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        knob_args = [arg for k in knobs for arg in ("--knob", k)]
+        res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", stage, str(N), str(P),
+                              str(R), str(C), "--kernel", kernel, *knob_args, *(["--banks"] if banks else [])],
+                             capture_output=True, text=True, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
+    return run

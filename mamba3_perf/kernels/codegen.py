@@ -18,6 +18,7 @@ Needs real ``triton.jit`` functions, so ``TRITON_INTERPRET`` must be unset (test
 in a subprocess without it).
 
     python -m mamba3_perf.kernels.codegen compile stage7_streamaux 64 64 4 16   # JSON line per kernel
+    python -m mamba3_perf.kernels.codegen compile stage30_stepdesc 128 64 4 16 --kernel aux --banks
     TRITON_CACHE_DIR=/tmp/tc python -m mamba3_perf.kernels.codegen warm N128_P64_R8_C8 stage2_aux,prod
     python -m mamba3_perf.kernels.codegen pack /tmp/tc tcache.tar.xz --at /tmp/tcache
     # on the GPU machine: mkdir -p /tmp/tcache && tar xJf tcache.tar.xz -C /tmp/tcache
@@ -208,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     for dim in ("stage", "N", "P", "R", "C"):
         c.add_argument(dim, type=str if dim == "stage" else int)
     c.add_argument("--kernel", default=None, help="compile only the kernels whose name contains this")
+    c.add_argument("--banks", action="store_true",
+                   help="add each Gluon kernel's register <-> shared copies and their shared-memory "
+                        "wavefronts (mamba3_perf.analysis.banks.summary) to its line")
     w = sub.add_parser("warm", help="fill TRITON_CACHE_DIR with a GPU's binaries of cases at full size")
     w.add_argument("cases", help="case ids or sets, comma-separated (as perf bench --cases)")
     w.add_argument("stages", help="stages, comma-separated")
@@ -245,10 +249,17 @@ def _compile_or_warm(a) -> None:
         if a.kernel and a.kernel not in fn.__name__:
             continue
         t0 = time.time()
-        k, opts = compile_launch(fn, args, kwargs)
+        extra = {}
+        if a.banks:
+            from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary
+
+            k, opts, accesses = compile_with_accesses(fn, args, kwargs)
+            extra["banks"] = json.loads(summary(accesses)[list(BANK_FIELDS)].to_json(orient="records"))
+        else:
+            k, opts = compile_launch(fn, args, kwargs)
         consts = {n: v for n, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
-                          "mma": mma_shapes(k.asm["ttgir"]), "keywords": consts,
+                          "mma": mma_shapes(k.asm["ttgir"]), "keywords": consts, **extra,
                           "seconds": round(time.time() - t0, 1)}),
               flush=True)
 

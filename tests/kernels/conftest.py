@@ -1,9 +1,4 @@
 """Shared by the kernel tests."""
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -46,24 +41,6 @@ def cuda_precisions(monkeypatch):
 
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
     monkeypatch.setattr(common, "dot_precision", lambda device, **kw: original("cuda", **kw))
-
-
-@pytest.fixture
-def compile_stage():
-    """Compile a stage's launches on a small case of (N, P, R, C) for the H200 (sm_90) with
-    mamba3_perf.kernels.codegen in a subprocess (real JIT functions need TRITON_INTERPRET unset):
-    {kernel name: its JSON line (launch options, shared memory, MMA shapes)} of the kernels whose
-    name contains ``kernel`` (every kernel: ""); ``knobs``: MODULE.ATTR=v knobs (kernels.knobs) set
-    for the compile."""
-    def run(stage, N, P, R, C, kernel, knobs=()):
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        knob_args = [arg for k in knobs for arg in ("--knob", k)]
-        res = subprocess.run([sys.executable, "-m", "mamba3_perf.kernels.codegen", "compile", stage, str(N), str(P),
-                              str(R), str(C), "--kernel", kernel, *knob_args],
-                             capture_output=True, text=True, env=env, timeout=600)
-        assert res.returncode == 0, res.stderr[-2000:]
-        return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
-    return run
 
 
 @pytest.fixture
