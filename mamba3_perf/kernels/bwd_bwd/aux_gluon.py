@@ -121,7 +121,7 @@ def bwd_bwd_aux_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, num_warps: gl.constexpr,
+    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -137,7 +137,14 @@ def bwd_bwd_aux_gluon_kernel(
     blocks across the two chunks masked out (their weights, qk_dot and stores), and what is per
     chunk taken per chunk: the cached states (two blocks a step; dPhiO against each, each chunk's
     rows kept), the increments (each chunk's K rows of dPhiO exp(da_cs) and q: K = 32), DSSDA's
-    block, the D term's sum."""
+    block, the D term's sum.
+
+    TL (:data:`TRANSPOSE_LAYOUTS`): the tiles copied transposed into shared memory (dPhiO's TF32
+    parts, (dPhiO exp(da_cs))^T, the second walk's q / ks parts) held in registers in layouts whose
+    lanes run down the tile's rows (TT, TW), so that each of those transposed stores writes whole
+    128-byte lines and each load from the row-major source whole 16-byte vectors: ideal shared
+    wavefronts (mamba3_perf.analysis.banks), where the ROW layout's transposes took 2x (the walk)
+    to 4x (the [M, P] parts)."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
@@ -164,6 +171,13 @@ def bwd_bwd_aux_gluon_kernel(
     AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=1)
     AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
     AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=1)
+    # lanes down the rows: [M, P] tiles copied transposed, and the second walk's [M, NB] q / k
+    # tiles (a 16-byte vector a lane from the TMA box, VEC elements)
+    TT: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [2, num_warps // 2], [1, 0])
+    VEC: gl.constexpr = min(128 // q2_desc.dtype.primitive_bitwidth, NB // (num_warps // 2))
+    TW: gl.constexpr = gl.BlockedLayout([1, VEC], [32, 1], [2, num_warps // 2], [1, 0])
+    DPL: gl.constexpr = TT if TL else ROW  # dPhiO's parts after the scores
+    QKL: gl.constexpr = TW if TL else ROW  # the second walk's q / k tiles
 
     # ---------------------------------------------------------------- PsiV, dPhiO [M, P]
     # rows past the chunk's C*R: PsiV, dPhiO, ks and the step scalars 0, the q / k rows another
@@ -287,8 +301,8 @@ def bwd_bwd_aux_gluon_kernel(
     wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :] - (ti // C * C)[:, None], mask=in_s, other=0.0)
     # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
-    dp_hi = dph_s.load(ROW)
-    dp_lo = dpl_s.load(ROW)
+    dp_hi = dph_s.load(DPL)
+    dp_lo = dpl_s.load(DPL)
     dpth_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_hi, (1, 0)))
     dptl_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_lo, (1, 0)))
     a_hi, a_lo = tf32_split(lkq * wt + gamma[:, None] * qkd)
@@ -314,15 +328,19 @@ def bwd_bwd_aux_gluon_kernel(
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
     if P > M:  # reloaded: [M, P] parts held in registers across dPsiV's product spill at P = 128
-        dphio = dph_s.load(ROW) + dpl_s.load(ROW)  # exact
+        dphio = dph_s.load(DPL) + dpl_s.load(DPL)  # exact
     else:
         dphio = dp_hi + dp_lo  # exact
     if HAS_D:
         dpsiv += gl.load(DSKIP + h) * gl.convert_layout(dphio, MP)
     gl.store(DPSIV_S + (bhc * CR + i_p[:, None]) * P + p_p[None, :], dpsiv, mask=(i_p < VR)[:, None])
     # A of the increments: (dPhiO exp(da_cs))^T [P, K = M], on PR rows (those past P zero)
-    ecs_r = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
-    de_hi, de_lo = tf32_split(dphio * ecs_r[:, None])
+    if TL:
+        i_d = gl.arange(0, M, layout=gl.SliceLayout(1, DPL))
+        ecs_d = gl.load(ECS_S + bh * S + c * C + i_d // R, mask=i_d < VR, other=0.0)
+    else:
+        ecs_d = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
+    de_hi, de_lo = tf32_split(dphio * ecs_d[:, None])
     DE_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PR, M], gl.float32)
     deh_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
     del_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
@@ -338,6 +356,11 @@ def bwd_bwd_aux_gluon_kernel(
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
     ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < VR, other=0.0)
+    if TL:
+        i_w = gl.arange(0, M, layout=gl.SliceLayout(1, QKL))
+        ts_w = gl.load(TS_S + bh * S + c * C + i_w // R, mask=i_w < VR, other=0.0)
+    else:
+        ts_w = ts_r
     q2_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
     k2_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     if ROT:
@@ -378,15 +401,15 @@ def bwd_bwd_aux_gluon_kernel(
                            k2_buf.index(1 - slot), st_buf, 1 - slot, row_k, row_st, (j + 1) * NB, N, CP)
         mbarrier.wait(bar2.index(slot), (j // 2) % 2)
         if ROT:
-            qv = rotated_rows(q2_buf.index(slot).load(ROW), q2p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
-                              b, h, cp, n0, S, H, RD, N, CC, R, ROW)
-            kv = rotated_rows(k2_buf.index(slot).load(ROW), k2p_buf.index(slot).load(ROW), KBIAS, COS_S, SIN_S,
-                              b, h, cp, n0, S, H, RD, N, CC, R, ROW)
+            qv = rotated_rows(q2_buf.index(slot).load(QKL), q2p_buf.index(slot).load(QKL), QBIAS, COS_S, SIN_S,
+                              b, h, cp, n0, S, H, RD, N, CC, R, QKL)
+            kv = rotated_rows(k2_buf.index(slot).load(QKL), k2p_buf.index(slot).load(QKL), KBIAS, COS_S, SIN_S,
+                              b, h, cp, n0, S, H, RD, N, CC, R, QKL)
         else:
-            qv = q2_buf.index(slot).load(ROW)
-            kv = k2_buf.index(slot).load(ROW)
+            qv = q2_buf.index(slot).load(QKL)
+            kv = k2_buf.index(slot).load(QKL)
         q_hi, q_lo = tf32_split(qv)
-        ks_hi, _ks_lo = tf32_split(kv * ts_r[:, None])
+        ks_hi, _ks_lo = tf32_split(kv * ts_w[:, None])
         z = j * ZERO  # this step's views of the buffers the products read (gluon_common.at_step)
         qth_j = at_step(qth_s, z, DYN)
         qtl_j = at_step(qtl_s, z, DYN)
@@ -504,6 +527,11 @@ AUX_NB1, AUX_NB = 32, 16
 # formed in each step instead of hoisted out of the loop
 DYN_DESC: bool = False
 
+# the tiles this kernel copies transposed into shared memory held in layouts whose lanes run down
+# their rows (the kernel's TL): ideal shared wavefronts for those copies, 2-4x fewer
+# (benchmarks/ptxas_stage.py STAGE N P R C --kernel aux --banks); stage32_banks takes it
+TRANSPOSE_LAYOUTS: bool = False
+
 # warpgroups per program, each taking its share of every product's columns (num_warps = 4 x
 # this), the second walk on AUX_NB columns a step per warpgroup, so that no TF32 wgmma has N = 8
 # (Triton 3.6+ reads past its shared operand, triton#10629: tests/kernels/test_codegen.py). At P =
@@ -528,7 +556,7 @@ def supports_rotation(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
-               chunk_pairs: bool | None = None, **_ignored) -> None:
+               chunk_pairs: bool | None = None, transpose_layouts: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -536,7 +564,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27);
     ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``step_desc``:
     the second N walk's operands viewed per step (:data:`DYN_DESC`, whose value is the default;
-    stage30); ``chunk_pairs``: :func:`chunks_per_program`'s."""
+    stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
+    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -566,5 +595,6 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
-        DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp, num_warps=4 * AUX_WARPGROUPS,
+        DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
+        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), num_warps=4 * AUX_WARPGROUPS,
     )

@@ -88,7 +88,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, num_warps: gl.constexpr,
+    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -106,7 +107,13 @@ def bwd_bwd_state_terms_gluon_kernel(
     every row-indexed load and store the same as for one chunk of 2C steps (their rows are
     adjacent in every buffer), and only what is per chunk taken per chunk: its dstates and states
     blocks (two of each a step), dK_raw (PsiV against each chunk's dstates, the rows of each
-    kept), ks dstates (each chunk's ks rows against its dstates), DDA, DMIMO_V's part."""
+    kept), ks dstates (each chunk's ks rows against its dstates), DDA, DMIMO_V's part.
+
+    TL (:data:`TRANSPOSE_LAYOUTS`): each step's dstates (and states) block held in a layout whose
+    lanes run along its P columns, each thread BNB / num_warps rows of one column: the block's load
+    and its straight copies a 128-byte line per warp, its transposed copies 16 bytes a lane over
+    whole lines, all at their ideal shared wavefronts (mamba3_perf.analysis.banks), where the
+    ROW layout's transposed copies took 4x."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
@@ -173,9 +180,12 @@ def bwd_bwd_state_terms_gluon_kernel(
     acc = gl.zeros([M, P], gl.float32, MP)
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
     acc_fac = gl.zeros([M, BNB], gl.float32, MK)
-    acc_dda = gl.zeros([BNB, P], gl.float32, ROW)
+    # the dstates / states blocks' layout: ROW, or with TL lanes along P (a column's BNB rows split
+    # over the warps)
+    DSL: gl.constexpr = gl.BlockedLayout([BNB // num_warps, 1], [1, 32], [num_warps, 1], [1, 0]) if TL else ROW
+    acc_dda = gl.zeros([BNB, P], gl.float32, DSL)
     if CP == 2:
-        acc_dda2 = gl.zeros([BNB, P], gl.float32, ROW)  # the second chunk's
+        acc_dda2 = gl.zeros([BNB, P], gl.float32, DSL)  # the second chunk's
     if FIN:
         d1 = gl.zeros([M, BNB], gl.float32, MK)  # the pair's first-half rows, until its partners come
     NSTEPS: gl.constexpr = N // BNB
@@ -194,13 +204,13 @@ def bwd_bwd_state_terms_gluon_kernel(
                              kr_buf.index(1 - slot), dks_buf.index(1 - slot), 1 - slot,
                              row_s, row_k, (j + 1) * BNB, N, CP)
         mbarrier.wait(bars.index(slot), (j // 2) % 2)
-        ds = ds_buf.index(slot * CP).load(ROW)
+        ds = ds_buf.index(slot * CP).load(DSL)
         _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
         if CP == 2:  # both chunks' DDA terms formed here: their dstates not held across the products
-            acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
-            ds2 = ds_buf.index(slot * CP + 1).load(ROW)
+            acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+            ds2 = ds_buf.index(slot * CP + 1).load(DSL)
             _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
-            acc_dda2 += st_buf.index(slot * CP + 1).load(ROW).to(gl.float32) * ds2
+            acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
         if ROT:
             kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
                               b, h, cp, n0, S, H, RD, N, CC, R, MK)
@@ -234,7 +244,7 @@ def bwd_bwd_state_terms_gluon_kernel(
                       gl.zeros([M, BNB], gl.float32, MK), False)
             acc = dot3(a_hi, a_lo, dsth_s.index(0).permute((1, 0)), dstl_s.index(0).permute((1, 0)), acc, True)
         if CP == 1:
-            acc_dda += st_buf.index(slot * CP).load(ROW).to(gl.float32) * ds
+            acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
         dks_in = dks_buf.index(slot).load(MK)
         if CP == 2:
             dk, dk2, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk2, acc))
@@ -338,6 +348,12 @@ def supported(meta) -> bool:
 CHUNK_PAIRS: bool = False
 
 
+# knob: the dstates / states blocks in a layout whose lanes run along P (the kernel's TL): their
+# transposed copies at their ideal shared wavefronts, 4x fewer (benchmarks/ptxas_stage.py STAGE N
+# P R C --kernel state_terms --banks); stage32_banks takes it
+TRANSPOSE_LAYOUTS: bool = False
+
+
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
     :data:`CHUNK_PAIRS`."""
@@ -350,14 +366,16 @@ def supports_rotation(meta) -> bool:
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
-                       dangles_started: bool = False, chunk_pairs: bool | None = None, **_ignored) -> None:
+                       dangles_started: bool = False, chunk_pairs: bool | None = None,
+                       transpose_layouts: bool | None = None, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
     sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27); ``finish_dk`` (with it): DK and
     DANGLES' k half stored here, no DKR (stage28; the post kernel then takes K_DONE);
     ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29);
-    ``chunk_pairs``: :func:`chunks_per_program`'s (stage31)."""
+    ``chunk_pairs``: :func:`chunks_per_program`'s (stage31); ``transpose_layouts``: the kernel's TL
+    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32)."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
     if (rot_inline or finish_dk) and not supports_rotation(meta):
@@ -380,5 +398,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         *rot, *fin,
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
-        ADD_DANG=dangles_started, CP=cp, num_warps=warps(meta),
+        ADD_DANG=dangles_started, CP=cp,
+        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), num_warps=warps(meta),
     )

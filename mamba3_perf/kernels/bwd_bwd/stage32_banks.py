@@ -1,0 +1,56 @@
+"""stage32_banks: stage30 with the tiles both Gluon kernels copy transposed into shared memory held
+in register layouts that copy them at their ideal shared-memory wavefronts.
+
+For TF32 both wgmma operands must be K-major, so each Gluon kernel copies some tiles transposed
+from registers into shared memory: the aux dPhiO's TF32 parts and (dPhiO exp(da_cs))^T once a
+chunk, and in every step of its second N walk the block's q and ks parts; state_terms every
+step's dstates parts (the B operand of ks dstates). Held in the ROW layout (each thread four
+consecutive columns of a row), a transposed store writes a column of the swizzled buffer per
+lane group: Nsight Compute measured those stores at two wavefronts where one would do (aux) and
+about 2.5x (state_terms' dstates) on stage26 (README, "Where the Gluon kernels' instructions go").
+``mamba3_perf.analysis.banks`` counts them statically, for every register <-> shared copy of a
+kernel compiled for sm_90 here: 2x for the walk's q / ks parts, 4x for the [M, P] parts and
+state_terms' dstates parts (its model agrees with Triton's own bank-conflict count on every
+copy).
+
+Here (``aux_gluon.TRANSPOSE_LAYOUTS`` / ``terms_gluon.TRANSPOSE_LAYOUTS``, the kernels' TL) those
+tiles are held in layouts whose lanes run down the copied rows: the aux's [M, P] parts and walk
+tiles with the 32 lanes over 32 rows and a 16-byte vector each along the row (TT, TW: the load
+from the row-major buffer or TMA box 16 bytes a lane, the transposed store a whole 128-byte line
+a warp), state_terms' [BNB, P] dstates / states blocks with the lanes along P and each thread
+BNB / num_warps rows of a column (the load and the straight copies a line a warp, the transposed
+copies 16 bytes a lane). Every one of those copies then runs at its ideal wavefronts; only
+values move between threads, the arithmetic is the same (the DDA sum adds its terms in another
+order). Static, sm_90, Triton 3.6 (``benchmarks/ptxas_stage.py stage32_banks N P R C --sass
+--banks`` against stage30_stepdesc): the aux's second walk 566 -> 481 SASS a step at N128_P64
+(shared-memory instructions 64 -> 18), 750 -> 639 at P = 128, 547 -> 452 at P = 32, no spills at
+P <= 64; state_terms' walk within a few instructions of stage30's, its copies 4x fewer
+wavefronts. Whether it is faster is for the GPU to tell.
+
+Elsewhere (the Triton kernels' shapes and devices) this stage is stage30.
+"""
+from __future__ import annotations
+
+from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage30_stepdesc
+from mamba3_perf.kernels.registry import StageSpec, register_stage
+
+
+def plan(x: dict, meta) -> dict:
+    """This stage's keywords over stage25's: stage30's and both Gluon kernels' ``transpose_layouts``."""
+    return dict(stage30_stepdesc.plan(x, meta), transpose_layouts=True)
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage25_subchunk.run_with(x, out, meta, **plan(x, meta))
+
+
+STAGE = register_stage(StageSpec(
+    name="stage32_banks",
+    parent="stage30_stepdesc",
+    summary="stage30 with the tiles both Gluon kernels copy transposed into shared memory held in "
+            "register layouts that copy them at their ideal wavefronts (no bank conflicts)",
+    entry=run,
+    kernels=stage30_stepdesc.STAGE.kernels,
+    zero_outputs=False,
+    hopper_only=True,
+))
