@@ -170,7 +170,7 @@ STAGE_BUFFERS["stage30_stepdesc"] = STAGE_BUFFERS["stage26_widep"]
 # stage31's state_terms takes two chunks of 32 rows on its 64: the same scratch buffers
 STAGE_BUFFERS["stage31_chunkpairs"] = STAGE_BUFFERS["stage30_stepdesc"]
 # stage32 moves values between threads before its transposed copies: the same buffers
-STAGE_BUFFERS["stage32_banks"] = STAGE_BUFFERS["stage30_stepdesc"]
+STAGE_BUFFERS["stage32_banks"] = STAGE_BUFFERS["stage31_chunkpairs"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -1,7 +1,7 @@
 """stage32_banks: the Gluon kernels' transposed copies in layouts that take their ideal
 shared-memory wavefronts. Its plan; both kernels compiled for the H200 (sm_90) on this machine,
-every register -> shared store of theirs at its ideal wavefronts where stage30's are not, within
-stage30's shared memory; and (on a Hopper GPU only) the layouts through the other Gluon paths
+every register -> shared store of theirs at its ideal wavefronts where stage31's (stage30's at C*R
+= 64) are not, within the same shared memory; and (on a Hopper GPU only) the layouts through the other Gluon paths
 (rotation, finishing dQ / dK, chunk pairs, two warpgroups) against the golden (stage32 itself:
 test_gluonaux.py's Hopper test of every Gluon stage)."""
 import pytest
@@ -9,17 +9,18 @@ import torch
 
 from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case
-from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage30_stepdesc, stage32_banks, terms_gluon
+from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage31_chunkpairs, stage32_banks, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 
-def test_plan_is_stage30s_with_the_layouts(case_meta):
-    case = get_case("small-N128_P64_R4_C16")
+@pytest.mark.parametrize("case_id", ["small-N128_P64_R4_C16", "small-N256_P64_R4_C8"])
+def test_plan_is_stage31s_with_the_layouts(case_meta, case_id):
+    case = get_case(case_id)
     x, meta = prepare(case, device="cpu"), case_meta(case)
-    assert stage32_banks.plan(x, meta) == dict(stage30_stepdesc.plan(x, meta), transpose_layouts=True)
+    assert stage32_banks.plan(x, meta) == dict(stage31_chunkpairs.plan(x, meta), transpose_layouts=True)
     assert not aux_gluon.TRANSPOSE_LAYOUTS and not terms_gluon.TRANSPOSE_LAYOUTS  # the stages below keep theirs
 
 
@@ -36,7 +37,7 @@ def _stores(line):
 def test_every_store_at_its_ideal_wavefronts(compile_stage, shape, kernels):
     for kernel in kernels:
         name = f"bwd_bwd_{kernel}_kernel"
-        before = compile_stage("stage30_stepdesc", *shape, kernel, banks=True)[name]
+        before = compile_stage("stage31_chunkpairs", *shape, kernel, banks=True)[name]
         after = compile_stage("stage32_banks", *shape, kernel, banks=True)[name]
         assert after["keywords"]["TL"] and not before["keywords"]["TL"]
         assert any(r["excess"] > 0 for r in _stores(before)), kernel  # what stage32 is for

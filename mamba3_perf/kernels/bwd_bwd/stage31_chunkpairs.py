@@ -29,12 +29,17 @@ from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux, stage25_subchunk, stag
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
+# knob: the Gluon aux in pairs where it takes C*R = 32 only in pairs (else the Triton aux and its
+# wave pass stay there)
+AUX_PAIRS: bool = True
+
+
 def plan(x: dict, meta) -> dict:
-    """This stage's keywords over stage25's: stage30's, state_terms' ``chunk_pairs``, and where
-    the Gluon aux takes C*R = 32 only in pairs, ``aux_pairs`` with stage26's rule for that aux at
-    P = 128 (every reader on the inputs)."""
+    """This stage's keywords over stage25's: stage30's, state_terms' ``chunk_pairs``, and (with
+    :data:`AUX_PAIRS`) where the Gluon aux takes C*R = 32 only in pairs, ``aux_pairs`` with
+    stage26's rule for that aux at P = 128 (every reader on the inputs)."""
     kw = dict(stage30_stepdesc.plan(x, meta), chunk_pairs=True)
-    if (stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=True)
+    if (AUX_PAIRS and stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=True)
             and not stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=False)):
         kw["aux_pairs"] = True
         if meta.P > 64:

@@ -1,4 +1,4 @@
-"""stage32_banks: stage30 with the tiles both Gluon kernels copy transposed into shared memory held
+"""stage32_banks: stage31 with the tiles both Gluon kernels copy transposed into shared memory held
 in register layouts that copy them at their ideal shared-memory wavefronts.
 
 For TF32 both wgmma operands must be K-major, so each Gluon kernel copies some tiles transposed
@@ -27,17 +27,18 @@ order). Static, sm_90, Triton 3.6 (``benchmarks/ptxas_stage.py stage32_banks N P
 P <= 64; state_terms' walk within a few instructions of stage30's, its copies 4x fewer
 wavefronts. Whether it is faster is for the GPU to tell.
 
-Elsewhere (the Triton kernels' shapes and devices) this stage is stage30.
+Elsewhere (the Triton kernels' shapes and devices) this stage is stage31 (itself stage30 but
+where a chunk has C*R = 32 fused rows).
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage30_stepdesc
+from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage31_chunkpairs
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
 def plan(x: dict, meta) -> dict:
-    """This stage's keywords over stage25's: stage30's and both Gluon kernels' ``transpose_layouts``."""
-    return dict(stage30_stepdesc.plan(x, meta), transpose_layouts=True)
+    """This stage's keywords over stage25's: stage31's and both Gluon kernels' ``transpose_layouts``."""
+    return dict(stage31_chunkpairs.plan(x, meta), transpose_layouts=True)
 
 
 def run(x: dict, out: dict, meta) -> None:
@@ -46,11 +47,11 @@ def run(x: dict, out: dict, meta) -> None:
 
 STAGE = register_stage(StageSpec(
     name="stage32_banks",
-    parent="stage30_stepdesc",
-    summary="stage30 with the tiles both Gluon kernels copy transposed into shared memory held in "
+    parent="stage31_chunkpairs",
+    summary="stage31 with the tiles both Gluon kernels copy transposed into shared memory held in "
             "register layouts that copy them at their ideal wavefronts (no bank conflicts)",
     entry=run,
-    kernels=stage30_stepdesc.STAGE.kernels,
+    kernels=stage31_chunkpairs.STAGE.kernels,
     zero_outputs=False,
     hopper_only=True,
 ))
