@@ -20,9 +20,10 @@ instructions); :func:`compile_with_accesses` compiles one captured launch
 :func:`summary` for every Gluon kernel a stage launches, ``python -m mamba3_perf.kernels.codegen
 compile ... --banks`` adds it to each kernel's JSON line.
 
-TMA copies and wgmma operand reads do not pass through registers and are not counted here;
-neither are copies into a sub-slice of a buffer (``slice``), which Triton's count does not cover:
-their rows say so in ``note``.
+TMA copies and wgmma operand reads do not pass through registers and are not counted here.
+Triton's count does not cover a copy into a sub-slice of a buffer (``slice``; its row says so in
+``note``); the model counts it as a buffer of the slice's shape, which it is where the slice
+starts on a whole swizzle pattern (a multiple of 8 rows, as every slice of these kernels does).
 """
 from __future__ import annotations
 
