@@ -101,7 +101,7 @@ def test_pairs_through_stage29_match_golden_on_hopper(case_id, monkeypatch):
 
 
 @pytest.mark.parametrize("case_id,want", [
-    ("N256_P64_R4_C8", dict(wide_p=True, qk_inputs=True, step_desc=True, chunk_pairs=True, aux_pairs=True)),
+    ("N256_P64_R4_C8", dict(wide_p=True, qk_inputs=True, step_desc=True, chunk_pairs=True)),  # P < AUX_PAIRS_MIN_P
     ("N128_P128_R4_C8", dict(wide_p=True, inputs=True, step_desc=True, chunk_pairs=True, aux_pairs=True)),
     ("N16_P64_R4_C8", dict(wide_p=True, step_desc=True, chunk_pairs=True)),  # N = 16: the Triton aux
     ("N128_P64_R4_C16", dict(wide_p=True, step_desc=True, chunk_pairs=True)),  # C*R = 64: stage30's

@@ -30,16 +30,20 @@ from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
 # knob: the Gluon aux in pairs where it takes C*R = 32 only in pairs (else the Triton aux and its
-# wave pass stay there)
-AUX_PAIRS: bool = True
+# wave pass stay there), at P of at least this. Measured on an H100 through stage30's knobs
+# (benchmarks/sweep_knob.py --stage stage30_stepdesc --knob terms_gluon.CHUNK_PAIRS=0,1 --knob
+# aux_gluon.CHUNK_PAIRS=0,1, golden in every combination; state_terms in pairs in both): faster
+# on N128_P128_R4_C8 (6387 -> 6320 us), slower on N256_P64_R4_C8 (6201 -> 6383 us: the Gluon
+# aux 2170 us against the Triton aux's 1948 and its wave pass)
+AUX_PAIRS_MIN_P: int = 128
 
 
 def plan(x: dict, meta) -> dict:
-    """This stage's keywords over stage25's: stage30's, state_terms' ``chunk_pairs``, and (with
-    :data:`AUX_PAIRS`) where the Gluon aux takes C*R = 32 only in pairs, ``aux_pairs`` with
-    stage26's rule for that aux at P = 128 (every reader on the inputs)."""
+    """This stage's keywords over stage25's: stage30's, state_terms' ``chunk_pairs``, and where
+    the Gluon aux takes C*R = 32 only in pairs and P >= :data:`AUX_PAIRS_MIN_P`, ``aux_pairs``
+    with stage26's rule for that aux at P = 128 (every reader on the inputs)."""
     kw = dict(stage30_stepdesc.plan(x, meta), chunk_pairs=True)
-    if (AUX_PAIRS and stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=True)
+    if (meta.P >= AUX_PAIRS_MIN_P and stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=True)
             and not stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=False)):
         kw["aux_pairs"] = True
         if meta.P > 64:
