@@ -133,8 +133,8 @@ def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(stage, case_id, mo
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-N128"])
 def test_gluon_aux_on_two_warpgroups_matches_golden_on_hopper(case_id, monkeypatch):
-    """aux_gluon.AUX_WARPGROUPS=2 through stage30 (P = 128 and P = 64): written, compiled, not yet
-    run on a GPU (the knob's comment)."""
+    """aux_gluon.AUX_WARPGROUPS=2 through stage30 (P = 128 and P = 64); with the transposed layouts
+    on it passed on an H100 (test_transpose_layouts.py, the knob's comment)."""
     monkeypatch.setattr(aux_gluon, "AUX_WARPGROUPS", 2)
     case = get_case(case_id)
     rows = check_stage("stage30_stepdesc", case, device="cuda", inputs=prepare(case, device="cuda"))

@@ -25,7 +25,12 @@ order). Static, sm_90, Triton 3.6 (``benchmarks/ptxas_stage.py stage32_banks N P
 --banks`` against stage30_stepdesc): the aux's second walk 566 -> 481 SASS a step at N128_P64
 (shared-memory instructions 64 -> 18), 750 -> 639 at P = 128, 547 -> 452 at P = 32, no spills at
 P <= 64; state_terms' walk within a few instructions of stage30's, its copies 4x fewer
-wavefronts. Whether it is faster is for the GPU to tell.
+wavefronts. On an H100 (benchmarks/sweep_knob.py --stage stage30_stepdesc --knob
+aux_gluon.TRANSPOSE_LAYOUTS=0,1 --knob terms_gluon.TRANSPOSE_LAYOUTS=0,1, golden in every
+combination, records/h100-sweep-layouts-1273703.json): 5.3 % faster on N128_P64_R4_C16 (the aux
+-9 %, state_terms -5 %), 5.4 % on N64_P128_R4_C16; state_terms' layouts 1.5 % on
+N256_P64_R4_C8. Against TileLang side by side on the H100's official grid: 1.187x slower in
+geomean, golden 132/132 (records/h100-banks-vs-tilelang-1273703.json).
 
 Elsewhere (the Triton kernels' shapes and devices) this stage is stage31 (itself stage30 but
 where a chunk has C*R = 32 fused rows).
