@@ -77,3 +77,29 @@ def test_layouts_through_the_other_gluon_paths_match_golden_on_hopper(stage, cas
     case = get_case(case_id)
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+NARROW = ("aux_gluon.NARROW_BOXES=1", "terms_gluon.NARROW_BOXES=1")
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (64, 128, 4, 16)])
+def test_narrow_boxes_leave_no_copy_above_its_ideal(compile_stage, shape):
+    """The NARROW_BOXES knobs (TMA boxes in narrower swizzles, copied as column slices): every
+    register <-> shared copy of both kernels, loads too, at its ideal wavefronts, in the same
+    shared memory; without them stage32 still has loads at 2x (what the knobs are for)."""
+    before = compile_stage("stage32_banks", *shape, "gluon", banks=True)
+    after = compile_stage("stage32_banks", *shape, "gluon", knobs=NARROW, banks=True)
+    assert any(r["excess"] > 0 for line in before.values() for r in line["banks"])
+    for name, line in after.items():
+        assert all(r["excess"] == 0 for r in line["banks"]), [r for r in line["banks"] if r["excess"]]
+        assert line["shared"] == before[name]["shared"]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("case_id", ["hop-N128", "hop-P128", "hop-C8", "hop-fp16-noD"])
+def test_narrow_boxes_match_golden_on_hopper(case_id, monkeypatch):
+    monkeypatch.setattr(aux_gluon, "NARROW_BOXES", True)
+    monkeypatch.setattr(terms_gluon, "NARROW_BOXES", True)
+    case = get_case(case_id)
+    rows = check_stage("stage32_banks", case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]

@@ -532,6 +532,14 @@ DYN_DESC: bool = False
 # (benchmarks/ptxas_stage.py STAGE N P R C --kernel aux --banks); stage32_banks takes it
 TRANSPOSE_LAYOUTS: bool = False
 
+# knob: the states boxes [NB, P] (16-bit) in the 64-byte swizzle and the second walk's fp32 q /
+# k boxes [64, 16] in the 32-byte one, instead of their rows' widths: the ROW read of the states
+# and the wgmma-accumulator-layout read of q (dQ's cached-state term) take 2x their ideal shared
+# wavefronts from the wider swizzles and their ideal from these (mamba3_perf.analysis.banks);
+# Triton copies such a box as column slices. Compiled, not yet run on a GPU:
+# benchmarks/sweep_knob.py --stage stage32_banks --knob aux_gluon.NARROW_BOXES=0,1
+NARROW_BOXES: bool = False
+
 # warpgroups per program, each taking its share of every product's columns (num_warps = 4 x
 # this), the second walk on AUX_NB columns a step per warpgroup, so that no TF32 wgmma has N = 8
 # (Triton 3.6+ reads past its shared operand, triton#10629: tests/kernels/test_codegen.py). At P =
@@ -557,7 +565,8 @@ def supports_rotation(meta) -> bool:
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
-               chunk_pairs: bool | None = None, transpose_layouts: bool | None = None, **_ignored) -> None:
+               chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
+               narrow_boxes: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -566,7 +575,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``step_desc``:
     the second N walk's operands viewed per step (:data:`DYN_DESC`, whose value is the default;
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
-    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32)."""
+    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
+    states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
+    (:data:`NARROW_BOXES`, the default)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -580,14 +591,18 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         raise ValueError(f"the Gluon aux runs {WG_ROWS} fused rows a program: C*R = {meta.C * meta.R} with "
                          f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
+    narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
     if rot_inline:
         qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("q", "k")]
         rot = (x["q_bias"], x["k_bias"], s["COS"], s["SIN"])
     else:
-        qk = [row_blocks(s[n], N, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
+        # the second walk's fp32 boxes [64, 16] in the 32-byte swizzle with NARROW_BOXES (dQ's
+        # cached-state term reads q in the wgmma accumulator layout)
+        qk = [row_blocks(s[n], N, [WG_ROWS, nb], 32 if narrow and nb == AUX_NB else None)
+              for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
     launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
-        *qk, row_blocks(x["states"], meta.P, [nb2, meta.P]),
+        *qk, row_blocks(x["states"], meta.P, [nb2, meta.P], 64 if narrow else None),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],

@@ -202,15 +202,19 @@ def release_ring(bars):
     mbarrier.invalidate(bars.index(1))
 
 
-def row_blocks(t: torch.Tensor, cols: int, block: list[int]) -> TensorDescriptor:
+def row_blocks(t: torch.Tensor, cols: int, block: list[int], swizzle: int | None = None) -> TensorDescriptor:
     """A TMA descriptor of contiguous ``t`` viewed as [numel / cols, cols], in ``block`` boxes
-    (shared layout: the default NVMMA swizzle for the box)."""
+    (shared layout: the default NVMMA swizzle for the box, or ``swizzle`` bytes where that is
+    narrower than the box's rows: Triton then copies the box as column slices that wide)."""
     flat = t.view(-1, cols)
-    return TensorDescriptor(flat, list(flat.shape), [cols, 1], block, _box_layout(tuple(block), t.dtype))
+    return TensorDescriptor(flat, list(flat.shape), [cols, 1], block, _box_layout(tuple(block), t.dtype, swizzle))
 
 
 @functools.lru_cache(maxsize=None)
-def _box_layout(block: tuple, dtype: torch.dtype):
-    """The default NVMMA shared layout of a ``block`` box (formed once: per launch it cost the
-    host more than the descriptor)."""
-    return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
+def _box_layout(block: tuple, dtype: torch.dtype, swizzle: int | None = None):
+    """The NVMMA shared layout of a ``block`` box, the default or one of ``swizzle`` bytes where
+    that is narrower (formed once: per launch it cost the host more than the descriptor)."""
+    default = gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
+    if swizzle is None or swizzle >= default.swizzle_byte_width:
+        return default
+    return gl.NVMMASharedLayout(swizzle, default.element_bitwidth, len(block))

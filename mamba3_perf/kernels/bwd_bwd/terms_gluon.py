@@ -353,6 +353,13 @@ CHUNK_PAIRS: bool = False
 # P R C --kernel state_terms --banks); stage32_banks takes it
 TRANSPOSE_LAYOUTS: bool = False
 
+# knob: the fp32 k (KR) and dK (DKS) TMA boxes [64, BNB] in the 32-byte swizzle instead of their
+# rows' 64: the walk reads them in the wgmma accumulator layout, which takes 2x its ideal
+# shared wavefronts from the 64-byte swizzle and its ideal from the 32-byte one
+# (mamba3_perf.analysis.banks); Triton copies each box as two [64, 8] slices. Compiled, not yet
+# run on a GPU: benchmarks/sweep_knob.py --stage stage32_banks --knob terms_gluon.NARROW_BOXES=0,1
+NARROW_BOXES: bool = False
+
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
@@ -367,7 +374,8 @@ def supports_rotation(meta) -> bool:
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
                        dangles_started: bool = False, chunk_pairs: bool | None = None,
-                       transpose_layouts: bool | None = None, **_ignored) -> None:
+                       transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
+                       **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
@@ -375,9 +383,11 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     DANGLES' k half stored here, no DKR (stage28; the post kernel then takes K_DONE);
     ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29);
     ``chunk_pairs``: :func:`chunks_per_program`'s (stage31); ``transpose_layouts``: the kernel's TL
-    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32)."""
+    (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the fp32
+    k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default)."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
+    box = 32 if (NARROW_BOXES if narrow_boxes is None else narrow_boxes) else None  # the k / dK boxes' swizzle
     if (rot_inline or finish_dk) and not supports_rotation(meta):
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
     if finish_dk and not rot_inline:
@@ -385,14 +395,14 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     if rot_inline:
         kr, rot = input_rows(x["k"], meta, [WG_ROWS, bnb]), (x["k_bias"], s["COS"], s["SIN"])
     else:
-        kr, rot = row_blocks(s["KR"], meta.N, [WG_ROWS, bnb]), (x["k_bias"],) * 3  # unread
+        kr, rot = row_blocks(s["KR"], meta.N, [WG_ROWS, bnb], box), (x["k_bias"],) * 3  # unread
     if finish_dk:
         fin = (out["DK"], out["DANGLES"], s["GDB"], x["q"], x["q_bias"])
     else:
         fin = (out["DV"], out["DANGLES"], x["k_bias"], x["q"], x["q_bias"])  # unread
     launching.launch(bwd_bwd_state_terms_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
-        kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb]),
+        kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb], box),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
         *rot, *fin,
