@@ -28,15 +28,21 @@ os.environ.pop("TRITON_INTERPRET", None)  # real JITFunctions: their launches ar
 
 import triton  # noqa: E402
 
+from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary  # noqa: E402
 from mamba3_perf.analysis.sass import instruction_mix  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 from mamba3_perf.kernels.knobs import single_knobs  # noqa: E402
 
 
 def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
-                 stages: int | None = None, sass: bool = False, maxnreg: int | None = None) -> str:
+                 stages: int | None = None, sass: bool = False, maxnreg: int | None = None,
+                 banks: bool = False) -> str:
     t0 = time.time()
-    k, opts = compile_launch(fn, args, kwargs, prec=prec, warps=warps, stages=stages, maxnreg=maxnreg)
+    options = dict(prec=prec, warps=warps, stages=stages, maxnreg=maxnreg)
+    if banks:  # the same compile, its register <-> shared copies recorded as the front end runs
+        k, opts, accesses = compile_with_accesses(fn, args, kwargs, **options)
+    else:
+        k, opts = compile_launch(fn, args, kwargs, **options)
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
@@ -58,15 +64,15 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
               + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
     if sass:
         report += "\n" + instruction_mix(listing).to_string(index=False)
+    if banks:
+        report += "\n" + banks_table(accesses)
     return report
 
 
-def banks_report(fn, args: tuple, kwargs: dict) -> str:
-    """The kernel's register <-> shared copies per site (mamba3_perf.analysis.banks.summary), the
+def banks_table(accesses) -> str:
+    """A kernel's register <-> shared copies per site (mamba3_perf.analysis.banks.summary), the
     layouts of those with excess wavefronts below the table; per warp, for one copy."""
-    from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary
-
-    table = summary(compile_with_accesses(fn, args, kwargs)[2])
+    table = summary(accesses)
     if table.empty:
         return "  (no register <-> shared copies: not a Gluon kernel)"
     lines = [table[[f for f in BANK_FIELDS if f not in ("dtype", "note")]].to_string(index=False)]
@@ -104,10 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             if a.kernel and a.kernel not in fn.__name__:
                 continue
             print(ptxas_report(fn, args, kwargs, prec=a.prec, warps=a.warps, stages=a.stages, sass=a.sass,
-                               maxnreg=a.maxnreg),
+                               maxnreg=a.maxnreg, banks=a.banks),
                   flush=True)
-            if a.banks:
-                print(banks_report(fn, args, kwargs), flush=True)
 
 
 if __name__ == "__main__":
