@@ -33,7 +33,8 @@ def nan_poisoned_empty(monkeypatch):
 def compile_stage():
     """Compile a stage's launches on a small case of (N, P, R, C) for the H200 (sm_90) with
     mamba3_perf.kernels.codegen in a subprocess (real JIT functions need TRITON_INTERPRET unset):
-    {kernel name: its JSON line (launch options, shared memory, MMA shapes)} of the kernels whose
+    {kernel name: its JSON line (launch options, shared memory and the programs per SM it allows,
+    MMA shapes)} of the kernels whose
     name contains ``kernel`` (every kernel: ""); ``knobs``: MODULE.ATTR=v knobs (kernels.knobs) set
     for the compile; ``banks``: each line with its Gluon kernel's register <-> shared copies
     (mamba3_perf.analysis.banks.summary's rows, under "banks")."""

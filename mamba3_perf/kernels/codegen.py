@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _compile_or_warm(a) -> None:
+    from mamba3_perf.analysis.occupancy import occupancy
+
     if a.cmd == "warm":
         from mamba3_perf.bench import select_cases
 
@@ -258,7 +260,11 @@ def _compile_or_warm(a) -> None:
         else:
             k, opts = compile_launch(fn, args, kwargs)
         consts = {n: v for n, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
+        # programs of this kernel that one H200 SM's shared memory holds (analysis.occupancy's
+        # rule; the registers, which ptxas reports, may allow fewer)
+        by_shared = occupancy(0, 32 * opts["num_warps"], k.metadata.shared).limits["shared_mem"]
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
+                          "programs_per_sm_by_shared": by_shared,
                           "mma": mma_shapes(k.asm["ttgir"]), "keywords": consts, **extra,
                           "seconds": round(time.time() - t0, 1)}),
               flush=True)

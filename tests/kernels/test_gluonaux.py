@@ -11,8 +11,6 @@ from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.checking import check_stage
 
-H200_SMEM = 228 * 1024  # shared memory per SM
-
 
 @pytest.mark.parametrize("case_id,runs", [
     ("small-N32_P64_R4_C16", True), ("small-N64_P64_R4_C16", True), ("small-N128_P64_R4_C16", True),
@@ -49,7 +47,7 @@ def test_gluon_aux_refuses_other_configurations(case_meta):
 def test_gluon_aux_compiles_for_sm90(compile_stage, shape):
     k = compile_stage("stage24_gluonaux", *shape, "aux_gluon")["bwd_bwd_aux_gluon_kernel"]
     assert k["num_warps"] == 4
-    assert 2 * k["shared"] <= H200_SMEM, k["shared"]
+    assert k["programs_per_sm_by_shared"] >= 2, k["shared"]
     wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
     # the N walk's 16 columns; the [64, 64] scores; dPsiV's P columns
     assert wgmma == sorted({(16, 16, 8), (16, 64, 8), (16, shape[1], 8)}), wgmma
@@ -62,7 +60,7 @@ def test_gluon_aux_at_p128_compiles_for_sm90_in_one_program_per_sm(compile_stage
     ks = compile_stage("stage25_subchunk", 64, 128, 4, 16, "", knobs=["aux_gluon.WIDE_P=1"])
     assert "bwd_bwd_pass_increment_kernel" not in ks and "bwd_bwd_pass_scan_kernel" in ks, sorted(ks)
     k = ks["bwd_bwd_aux_gluon_kernel"]
-    assert k["num_warps"] == 4 and k["shared"] <= H200_SMEM, k["shared"]
+    assert k["num_warps"] == 4 and k["programs_per_sm_by_shared"] >= 1, k["shared"]
     wgmma = sorted({tuple(m["instr"]) for m in k["mma"] if m["version"] == 3})
     assert wgmma == [(16, 16, 8), (16, 64, 8), (16, 128, 8)], wgmma
 
@@ -85,7 +83,7 @@ def test_two_warpgroups_compile_at_p128_in_one_program_per_sm(compile_stage):
     two = compile_stage("stage30_stepdesc", 64, 128, 4, 16, "aux_gluon",
                         knobs=["aux_gluon.AUX_WARPGROUPS=2"])["bwd_bwd_aux_gluon_kernel"]
     assert aux_gluon.AUX_WARPGROUPS == 1
-    assert (one["num_warps"], two["num_warps"]) == (4, 8) and two["shared"] <= H200_SMEM, two["shared"]
+    assert (one["num_warps"], two["num_warps"]) == (4, 8) and two["programs_per_sm_by_shared"] >= 1, two["shared"]
     wgmma = sorted({tuple(m["instr"]) for m in two["mma"] if m["version"] == 3})
     assert wgmma == [(16, 16, 8), (16, 32, 8), (16, 64, 8)], wgmma
 
