@@ -187,19 +187,19 @@ def rotary_partner_col(hq, n0, N: gl.constexpr):
 
 
 @gluon.jit
-def ring_barriers():
-    """The two mbarriers of a two-slot TMA ring (slot j % 2 for step j, waited with phase
-    (j // 2) % 2), initialized for one arrival each: the expect-tx of the step's copies."""
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bars.index(0), count=1)
-    mbarrier.init(bars.index(1), count=1)
+def ring_barriers(SLOTS: gl.constexpr = 2):
+    """The mbarriers of a TMA ring of SLOTS slots (slot j % SLOTS for step j, waited with phase
+    (j // SLOTS) % 2), initialized for one arrival each: the expect-tx of the step's copies."""
+    bars = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(SLOTS):
+        mbarrier.init(bars.index(s), count=1)
     return bars
 
 
 @gluon.jit
-def release_ring(bars):
-    mbarrier.invalidate(bars.index(0))
-    mbarrier.invalidate(bars.index(1))
+def release_ring(bars, SLOTS: gl.constexpr = 2):
+    for s in gl.static_range(SLOTS):
+        mbarrier.invalidate(bars.index(s))
 
 
 def row_blocks(t: torch.Tensor, cols: int, block: list[int], swizzle: int | None = None) -> TensorDescriptor:

@@ -81,6 +81,133 @@ def _chunk_rows(x, first: gl.constexpr, i, CR: gl.constexpr):
     return y
 
 
+@gluon.jit
+def _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf, krp_buf, dks_buf, slot, row_s, row_k,
+                n, row_x, col0, hq, N: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr):
+    """The copies of the N walk's block at column n into ring slot ``slot``: _issue_block, or with
+    ROT _issue_block_rot (``krp_buf``, ``row_x``, ``col0``, ``hq`` read only then)."""
+    if ROT:
+        _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf.index(slot),
+                         krp_buf.index(slot), dks_buf.index(slot), slot, row_s, row_k, n, row_x, col0 + n,
+                         rotary_partner_col(hq, n, N), N, CP)
+    else:
+        _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf.index(slot),
+                     dks_buf.index(slot), slot, row_s, row_k, n, N, CP)
+
+
+@gluon.jit
+def _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N: gl.constexpr,
+             CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr, ROT: gl.constexpr):
+    """The step's k rows [M, BNB] in the dK layout: from ring slot ``slot``, rotated with ROT."""
+    if ROT:
+        kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
+                          b, h, cp, n0, S, H, RD, N, CC, R, MK)
+    else:
+        kr = kr_buf.index(slot).load(MK)
+    return kr
+
+
+@gluon.jit
+def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
+                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr,
+                R: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr, DSL: gl.constexpr, MK: gl.constexpr,
+                AK: gl.constexpr):
+    """PIPE's staging of one step from ring slot ``slot``: each chunk's dstates block split into the
+    operand buffers at ``o`` (+1) and its DDA term added, the k rows, ks and the A operands of ks
+    dstates. Returns (kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2)."""
+    ds = ds_buf.index(slot * CP).load(DSL)
+    _stage_dstates(ds, dsh_s.index(o), dsl_s.index(o), dsth_s.index(o), dstl_s.index(o))
+    acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+    if CP == 2:
+        ds2 = ds_buf.index(slot * CP + 1).load(DSL)
+        _stage_dstates(ds2, dsh_s.index(o + 1), dsl_s.index(o + 1), dsth_s.index(o + 1), dstl_s.index(o + 1))
+        acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
+    kr = _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK, ROT)
+    ks = kr * ts[:, None]
+    ks_hi, ks_lo = tf32_split(ks)
+    a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_hi, ks_lo, i_k, C * R, CP, AK)
+    return kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2
+
+
+@gluon.jit
+def _step_a(ks_hi, ks_lo, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr):
+    """The A operands of ks dstates from ks's TF32 parts: all rows, or (CP = 2) each chunk's
+    rows, the other chunk's 0 (the second pair; with CP = 1 the first again)."""
+    if CP == 2:
+        a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
+        a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
+        a2_hi = gl.convert_layout(_chunk_rows(ks_hi, False, i_k, CR), AK)
+        a2_lo = gl.convert_layout(_chunk_rows(ks_lo, False, i_k, CR), AK)
+    else:
+        a_hi = gl.convert_layout(ks_hi, AK)
+        a_lo = gl.convert_layout(ks_lo, AK)
+        a2_hi = a_hi
+        a2_lo = a_lo
+    return a_hi, a_lo, a2_hi, a2_lo
+
+
+@gluon.jit
+def _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, o, z, a_hi, a_lo, a2_hi, a2_lo, acc,
+              CP: gl.constexpr, DYN: gl.constexpr, MK: gl.constexpr):
+    """The step's wgmma, issued: dK_raw = PsiV dstates^T and acc += ks dstates for each of the CP
+    chunks, the split dstates at ``o`` (+1: the second chunk's) of the operand buffers; PsiV's
+    views through gluon_common.at_step (``z``, DYN). Returns (dk, dk2, acc): dk2 the second
+    chunk's dK_raw (CP = 1: dk)."""
+    M: gl.constexpr = psiv_hi_s.shape[0]
+    BNB: gl.constexpr = dsh_s.shape[1]
+    ps_hi = at_step(psiv_hi_s, z, DYN)
+    ps_lo = at_step(psiv_lo_s, z, DYN)
+    dk = dot3(ps_hi, ps_lo, dsh_s.index(o).permute((1, 0)), dsl_s.index(o).permute((1, 0)),
+              gl.zeros([M, BNB], gl.float32, MK), False)
+    acc = dot3(a_hi, a_lo, dsth_s.index(o).permute((1, 0)), dstl_s.index(o).permute((1, 0)), acc, True)
+    if CP == 2:
+        dk2 = dot3(ps_hi, ps_lo, dsh_s.index(o + 1).permute((1, 0)), dsl_s.index(o + 1).permute((1, 0)),
+                   gl.zeros([M, BNB], gl.float32, MK), False)
+        acc = dot3(a2_hi, a2_lo, dsth_s.index(o + 1).permute((1, 0)), dstl_s.index(o + 1).permute((1, 0)),
+                   acc, True)
+    else:
+        dk2 = dk
+    return dk, dk2, acc
+
+
+@gluon.jit
+def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
+    """Wait for :func:`_products`' wgmma: (dK_raw, each row its own chunk's; acc)."""
+    if CP == 2:
+        dk, dk2, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk2, acc))
+        dk = gl.where((i_k < CR)[:, None], dk, dk2)
+    else:
+        dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
+    return dk, acc
+
+
+@gluon.jit
+def _finish_step(j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
+                 N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
+                 FIN: gl.constexpr, ADD_DANG: gl.constexpr):
+    """What step j does with its dK_raw: the dK rows (dks) stored for the post kernel, or (FIN)
+    finished on each rotary pair of blocks (the first-half block's rows held in d1 until its
+    partners come, their pre-rotation rows formed again from ring slot ``slot``); the DDA_CS_REV
+    and DFACTOR sums. Returns (d1, acc_rev, acc_fac)."""
+    dks = dks_in + dk * erev[:, None]
+    if FIN:
+        if j % 2 == 0:
+            d1 = dks * ts[:, None]
+        else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
+            # pre-rotation rows formed again from the boxes (not held in registers across the products)
+            kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
+                                               COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK)
+            finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
+                        bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG)
+    else:
+        gl.store(DKR_S + (bhc * (C * R) + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
+                 mask=(i_k < CC * R)[:, None])
+    acc_rev += ks * dk
+    acc_fac += kr * dks
+    return d1, acc_rev, acc_fac
+
+
 @gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
 def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
@@ -89,7 +216,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
-    num_warps: gl.constexpr,
+    PIPE: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -113,7 +240,11 @@ def bwd_bwd_state_terms_gluon_kernel(
     lanes run along its P columns, each thread BNB / num_warps rows of one column: the block's load
     and its straight copies a 128-byte line per warp, its transposed copies 16 bytes a lane over
     whole lines, all at their ideal shared wavefronts (mamba3_perf.analysis.banks), where the
-    ROW layout's transposed copies took 4x."""
+    ROW layout's transposed copies took 4x.
+
+    PIPE (:data:`PIPELINE`): the walk software-pipelined, each step's wgmma in flight while the
+    next step's operands are staged (a second set of the split dstates buffers, a three-slot TMA
+    ring); without it each step stages, issues and waits in turn."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
@@ -149,33 +280,40 @@ def bwd_bwd_state_terms_gluon_kernel(
     ts = gl.load(TS_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)  # 0 past the chunk: ks rows 0
     erev = gl.load(EREV_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)
 
-    # the two-slot TMA ring (each chunk's dstates and states blocks) and the split dstates operands
-    ds_buf = gl.allocate_shared_memory(gl.float32, [2 * CP, BNB, P], dst_desc.layout)
-    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, BNB, P], st_desc.layout)
-    kr_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
+    # the TMA ring (each chunk's dstates and states blocks; two slots, three with PIPE) and the split
+    # dstates operands (one set, two with PIPE)
+    SL: gl.constexpr = 3 if PIPE else 2
+    OPS: gl.constexpr = 2 if PIPE else 1
+    ds_buf = gl.allocate_shared_memory(gl.float32, [SL * CP, BNB, P], dst_desc.layout)
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [SL * CP, BNB, P], st_desc.layout)
+    kr_buf = gl.allocate_shared_memory(kr_desc.dtype, [SL, M, BNB], kr_desc.layout)
     if ROT:
-        krp_buf = gl.allocate_shared_memory(kr_desc.dtype, [2, M, BNB], kr_desc.layout)
-    dks_buf = gl.allocate_shared_memory(gl.float32, [2, M, BNB], dks_desc.layout)
-    bars = ring_barriers()
+        krp_buf = gl.allocate_shared_memory(kr_desc.dtype, [SL, M, BNB], kr_desc.layout)
+    else:
+        krp_buf = kr_buf  # unread
+    dks_buf = gl.allocate_shared_memory(gl.float32, [SL, M, BNB], dks_desc.layout)
+    bars = ring_barriers(SL)
     DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
     DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], gl.float32)
-    dsh_s = gl.allocate_shared_memory(gl.float32, [CP, BNB, P], DSN_L)
-    dsl_s = gl.allocate_shared_memory(gl.float32, [CP, BNB, P], DSN_L)
-    dsth_s = gl.allocate_shared_memory(gl.float32, [CP, P, BNB], DST_L)
-    dstl_s = gl.allocate_shared_memory(gl.float32, [CP, P, BNB], DST_L)
+    dsh_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, BNB, P], DSN_L)
+    dsl_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, BNB, P], DSN_L)
+    dsth_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, P, BNB], DST_L)
+    dstl_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, P, BNB], DST_L)
 
     row_s = (bhc * N).to(gl.int32)
     row_k = (bhc * CR).to(gl.int32)
+    hq = h // (H // G)
     if ROT:  # k rows of the input viewed [B*S*R, G*N]; columns of head group hq
         row_x = ((b * S + c * C) * R).to(gl.int32)
-        hq = h // (H // G)
         col0 = (hq * N).to(gl.int32)
-        _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf, st_buf,
-                         kr_buf.index(0), krp_buf.index(0), dks_buf.index(0), 0, row_s, row_k, 0, row_x, col0,
-                         rotary_partner_col(hq, 0, N), N, CP)
-    else:
-        _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(0), ds_buf, st_buf,
-                     kr_buf.index(0), dks_buf.index(0), 0, row_s, row_k, 0, N, CP)
+    else:  # unread
+        row_x = row_k
+        col0 = row_k
+    NSTEPS: gl.constexpr = N // BNB
+    for k in gl.static_range(SL - 1):  # the first blocks: one, or with PIPE two
+        if k < NSTEPS:
+            _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(k), ds_buf, st_buf, kr_buf, krp_buf,
+                        dks_buf, k, row_s, row_k, block_col(k, BNB, N, FIN), row_x, col0, hq, N, CP, ROT)
 
     acc = gl.zeros([M, P], gl.float32, MP)
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
@@ -186,87 +324,91 @@ def bwd_bwd_state_terms_gluon_kernel(
     acc_dda = gl.zeros([BNB, P], gl.float32, DSL)
     if CP == 2:
         acc_dda2 = gl.zeros([BNB, P], gl.float32, DSL)  # the second chunk's
-    if FIN:
-        d1 = gl.zeros([M, BNB], gl.float32, MK)  # the pair's first-half rows, until its partners come
-    NSTEPS: gl.constexpr = N // BNB
-    for j in range(NSTEPS):
-        n0 = block_col(j, BNB, N, FIN)
-        n1 = block_col(j + 1, BNB, N, FIN)
-        slot = j % 2
-        if j + 1 < NSTEPS:
-            cta_barrier()  # every warp is done reading the slot the next copy fills
-            if ROT:
-                _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf,
-                                 kr_buf.index(1 - slot), krp_buf.index(1 - slot), dks_buf.index(1 - slot), 1 - slot,
-                                 row_s, row_k, n1, row_x, col0 + n1, rotary_partner_col(hq, n1, N), N, CP)
-            else:
-                _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf,
-                             kr_buf.index(1 - slot), dks_buf.index(1 - slot), 1 - slot,
-                             row_s, row_k, (j + 1) * BNB, N, CP)
-        mbarrier.wait(bars.index(slot), (j // 2) % 2)
-        ds = ds_buf.index(slot * CP).load(DSL)
-        _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
-        if CP == 2:  # both chunks' DDA terms formed here: their dstates not held across the products
-            acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
-            ds2 = ds_buf.index(slot * CP + 1).load(DSL)
-            _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
-            acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
-        if ROT:
-            kr = rotated_rows(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS, COS_S, SIN_S,
-                              b, h, cp, n0, S, H, RD, N, CC, R, MK)
-        else:
-            kr = kr_buf.index(slot).load(MK)
-        ks = kr * ts[:, None]
-        ks_hi, ks_lo = tf32_split(ks)
-        if CP == 2:  # each chunk's ks rows against its own dstates
-            a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
-            a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
-            a2_hi = gl.convert_layout(_chunk_rows(ks_hi, False, i_k, CR), AK)
-            a2_lo = gl.convert_layout(_chunk_rows(ks_lo, False, i_k, CR), AK)
-        else:
-            a_hi = gl.convert_layout(ks_hi, AK)
-            a_lo = gl.convert_layout(ks_lo, AK)
+    else:
+        acc_dda2 = acc_dda  # unused
+    d1 = gl.zeros([M, BNB], gl.float32, MK)  # FIN: the pair's first-half rows, until its partners come
+    if PIPE:
+        # step j + 1's operands staged (from ring slot (j + 1) % 3 into operand set (j + 1) % 2) while
+        # step j's wgmma run; step j + 3's copies issued once step j is done with its slot
+        mbarrier.wait(bars.index(0), 0)
+        kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2 = _stage_step(
+            ds_buf, st_buf, kr_buf, krp_buf, 0, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
+            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK)
         fence_async_shared()
         cta_barrier()
-        if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
-            z = j * ZERO  # this step's views of what the products read (gluon_common.at_step)
-            ps_hi = at_step(psiv_hi_s, z, True)
-            ps_lo = at_step(psiv_lo_s, z, True)
-            dk = dot3(ps_hi, ps_lo, dsh_s.index(z).permute((1, 0)), dsl_s.index(z).permute((1, 0)),
-                      gl.zeros([M, BNB], gl.float32, MK), False)
-            acc = dot3(a_hi, a_lo, dsth_s.index(z).permute((1, 0)), dstl_s.index(z).permute((1, 0)), acc, True)
-            dk2 = dot3(ps_hi, ps_lo, dsh_s.index(z + 1).permute((1, 0)), dsl_s.index(z + 1).permute((1, 0)),
-                       gl.zeros([M, BNB], gl.float32, MK), False)
-            acc = dot3(a2_hi, a2_lo, dsth_s.index(z + 1).permute((1, 0)), dstl_s.index(z + 1).permute((1, 0)),
-                       acc, True)
-        else:
-            dk = dot3(psiv_hi_s, psiv_lo_s, dsh_s.index(0).permute((1, 0)), dsl_s.index(0).permute((1, 0)),
-                      gl.zeros([M, BNB], gl.float32, MK), False)
-            acc = dot3(a_hi, a_lo, dsth_s.index(0).permute((1, 0)), dstl_s.index(0).permute((1, 0)), acc, True)
-        if CP == 1:
-            acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
-        dks_in = dks_buf.index(slot).load(MK)
-        if CP == 2:
-            dk, dk2, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk2, acc))
-            dk = gl.where((i_k < CR)[:, None], dk, dk2)
-        else:
-            dk, acc = warpgroup_mma_wait(num_outstanding=0, deps=(dk, acc))
-        dks = dks_in + dk * erev[:, None]
-        if FIN:
-            if j % 2 == 0:
-                d1 = dks * ts[:, None]
-            else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
-                # pre-rotation rows formed again from the boxes (not held in registers across the products)
-                kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
-                                                   COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK)
-                finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
-                            bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG)
-        else:
-            gl.store(DKR_S + (bhc * CR + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
-                     mask=(i_k < CC * R)[:, None])
-        acc_rev += ks * dk
-        acc_fac += kr * dks
-    release_ring(bars)
+        dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, ZERO, a_hi, a_lo,
+                                 a2_hi, a2_lo, acc, CP, True, MK)
+        for j in range(NSTEPS - 1):
+            slot = j % 3
+            nslot = (j + 1) % 3
+            n0 = block_col(j, BNB, N, FIN)
+            mbarrier.wait(bars.index(nslot), ((j + 1) // 3) % 2)
+            kr_n, ks_n, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2 = _stage_step(
+                ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
+                acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
+                CC, R, CP, ROT, DSL, MK, AK)
+            dks_in = dks_buf.index(slot).load(MK)
+            dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
+            d1, acc_rev, acc_fac = _finish_step(
+                j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+                DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
+                N, C, CC, R, MK, FIN, ADD_DANG)
+            fence_async_shared()
+            cta_barrier()  # every warp is done with slot j and has staged step j + 1's operands
+            if j + 3 < NSTEPS:
+                _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(slot), ds_buf, st_buf, kr_buf,
+                            krp_buf, dks_buf, slot, row_s, row_k, block_col(j + 3, BNB, N, FIN), row_x, col0, hq,
+                            N, CP, ROT)
+            dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, ((j + 1) % 2) * CP,
+                                     (j + 1) * ZERO, a_hi, a_lo, a2_hi, a2_lo, acc, CP, True, MK)
+            kr = kr_n
+            ks = ks_n
+        LAST: gl.constexpr = NSTEPS - 1
+        dks_in = dks_buf.index(LAST % 3).load(MK)
+        dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
+        d1, acc_rev, acc_fac = _finish_step(
+            LAST, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % 3,
+            block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
+            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG)
+    else:
+        for j in range(NSTEPS):
+            n0 = block_col(j, BNB, N, FIN)
+            slot = j % 2
+            if j + 1 < NSTEPS:
+                cta_barrier()  # every warp is done reading the slot the next copy fills
+                _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf, kr_buf,
+                            krp_buf, dks_buf, 1 - slot, row_s, row_k, block_col(j + 1, BNB, N, FIN), row_x, col0,
+                            hq, N, CP, ROT)
+            mbarrier.wait(bars.index(slot), (j // 2) % 2)
+            ds = ds_buf.index(slot * CP).load(DSL)
+            _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
+            if CP == 2:  # both chunks' DDA terms formed here: their dstates not held across the products
+                acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+                ds2 = ds_buf.index(slot * CP + 1).load(DSL)
+                _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
+                acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
+            kr = _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK, ROT)
+            ks = kr * ts[:, None]
+            ks_hi, ks_lo = tf32_split(ks)
+            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_hi, ks_lo, i_k, CR, CP, AK)
+            fence_async_shared()
+            cta_barrier()
+            if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
+                z = j * ZERO  # this step's views of what the products read (gluon_common.at_step)
+                dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, z, z, a_hi, a_lo,
+                                         a2_hi, a2_lo, acc, CP, True, MK)
+            else:
+                dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, 0, a_hi, a_lo,
+                                         a2_hi, a2_lo, acc, CP, False, MK)
+            if CP == 1:
+                acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+            dks_in = dks_buf.index(slot).load(MK)
+            dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
+            d1, acc_rev, acc_fac = _finish_step(
+                j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+                DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
+                N, C, CC, R, MK, FIN, ADD_DANG)
+    release_ring(bars, SL)
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
@@ -360,6 +502,14 @@ TRANSPOSE_LAYOUTS: bool = False
 # run on a GPU: benchmarks/sweep_knob.py --stage stage32_banks --knob terms_gluon.NARROW_BOXES=0,1
 NARROW_BOXES: bool = False
 
+# knob: the N walk software-pipelined (the kernel's PIPE): step j + 1's operands (its dstates
+# blocks split and copied, its k rows rotated, ks and its TF32 parts) staged while step j's wgmma
+# run, instead of each step staging, issuing and waiting in turn; at a three-slot TMA ring (step
+# j + 3's copies issued once step j is done with its slot) and a second set of the split dstates
+# operands: more shared memory and registers per program (ptxas_stage.py STAGE N P R C --kernel
+# state_terms --knob terms_gluon.PIPELINE=1)
+PIPELINE: bool = False
+
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
@@ -375,7 +525,7 @@ def supports_rotation(meta) -> bool:
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
                        dangles_started: bool = False, chunk_pairs: bool | None = None,
                        transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
-                       **_ignored) -> None:
+                       pipeline: bool | None = None, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
@@ -384,7 +534,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29);
     ``chunk_pairs``: :func:`chunks_per_program`'s (stage31); ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the fp32
-    k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default)."""
+    k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default); ``pipeline``: the
+    kernel's PIPE (:data:`PIPELINE`, the default)."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
     box = 32 if (NARROW_BOXES if narrow_boxes is None else narrow_boxes) else None  # the k / dK boxes' swizzle
@@ -409,5 +560,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
-        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), num_warps=warps(meta),
+        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
+        PIPE=bool(PIPELINE if pipeline is None else pipeline), num_warps=warps(meta),
     )

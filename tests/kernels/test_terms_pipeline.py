@@ -1,0 +1,54 @@
+"""terms_gluon.PIPELINE: state_terms' N walk software-pipelined (the next step's operands staged
+while this step's wgmma run). Compiled for the H200 (sm_90) on this machine: what it costs in shared
+memory and registers per program, and that without it the kernel is what it was (its own tests and
+test_transpose_layouts' cover that path); on a Hopper GPU only, against the golden through every
+path of the kernel (rotation and finishing dK, chunk pairs, the plain fp32 k rows, one, two and
+more steps)."""
+import pytest
+import torch
+
+from mamba3_perf.bench import prepare
+from mamba3_perf.kernels import get_case
+from mamba3_perf.kernels.bwd_bwd import terms_gluon
+from mamba3_perf.kernels.bwd_bwd.common import is_hopper
+from mamba3_perf.kernels.checking import check_stage
+
+HOPPER = torch.cuda.is_available() and is_hopper("cuda")
+PIPE = ("terms_gluon.PIPELINE=1",)
+
+
+def test_off_by_default():
+    assert terms_gluon.PIPELINE is False
+
+
+@pytest.mark.parametrize("shape,per_sm", [
+    ((128, 64, 4, 16), 2),  # P = 64: a third TMA slot and a second operand set, still two programs per SM
+    ((128, 32, 4, 16), 3),
+    ((64, 128, 4, 16), 1),  # P = 128: one program per SM with or without
+])
+def test_pipelined_walk_fits_beside_its_occupancy(compile_stage, shape, per_sm):
+    name = "bwd_bwd_state_terms_gluon_kernel"
+    before = compile_stage("stage32_banks", *shape, "state_terms")[name]
+    after = compile_stage("stage32_banks", *shape, "state_terms", knobs=PIPE)[name]
+    assert after["keywords"]["PIPE"] and not before["keywords"]["PIPE"]
+    assert after["shared"] > before["shared"]  # the third slot and the second operand set
+    assert after["programs_per_sm_by_shared"] == per_sm
+    assert after["mma"] == before["mma"]  # the same products
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("stage,case_id", [
+    ("stage32_banks", "hop-N128"),  # rotation, dK finished, 8 steps
+    ("stage32_banks", "hop-P128"),
+    ("stage32_banks", "hop-N32-rankdout"),  # two steps: no copy issued in the loop
+    ("stage32_banks", "hop-tail"),
+    ("stage32_banks", "hop-C8"),  # chunk pairs
+    ("stage32_banks", "hop-N16-C8-tail"),  # one step: prologue and last step only
+    ("stage26_widep", "hop-N128"),  # the pre kernel's fp32 k rows, DKR stored
+    ("stage26_widep", "hop-fp16-noD"),
+])
+def test_pipelined_walk_matches_golden_on_hopper(stage, case_id, monkeypatch):
+    monkeypatch.setattr(terms_gluon, "PIPELINE", True)
+    case = get_case(case_id)
+    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
