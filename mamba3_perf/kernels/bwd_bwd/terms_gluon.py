@@ -182,14 +182,16 @@ def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
 
 
 @gluon.jit
-def _finish_step(j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                  DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                  N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
-                 FIN: gl.constexpr, ADD_DANG: gl.constexpr):
-    """What step j does with its dK_raw: the dK rows (dks) stored for the post kernel, or (FIN)
-    finished on each rotary pair of blocks (the first-half block's rows held in d1 until its
-    partners come, their pre-rotation rows formed again from ring slot ``slot``); the DDA_CS_REV
-    and DFACTOR sums. Returns (d1, acc_rev, acc_fac)."""
+                 FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr):
+    """Step j's end: its wgmma waited (:func:`_wait_products`), the dK rows (dks) stored for the
+    post kernel, or (FIN) finished on each rotary pair of blocks (the first-half block's rows held
+    in d1 until its partners come, their pre-rotation rows formed again from ring slot ``slot``);
+    the DDA_CS_REV and DFACTOR sums. Returns (d1, acc_rev, acc_fac, acc)."""
+    dks_in = dks_buf.index(slot).load(MK)
+    dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
     if FIN:
         if j % 2 == 0:
@@ -205,7 +207,7 @@ def _finish_step(j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, 
                  mask=(i_k < CC * R)[:, None])
     acc_rev += ks * dk
     acc_fac += kr * dks
-    return d1, acc_rev, acc_fac
+    return d1, acc_rev, acc_fac, acc
 
 
 @gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
@@ -347,12 +349,10 @@ def bwd_bwd_state_terms_gluon_kernel(
                 ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
                 CC, R, CP, ROT, DSL, MK, AK)
-            dks_in = dks_buf.index(slot).load(MK)
-            dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
-            d1, acc_rev, acc_fac = _finish_step(
-                j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+            d1, acc_rev, acc_fac, acc = _finish_step(
+                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP)
             fence_async_shared()
             cta_barrier()  # every warp is done with slot j and has staged step j + 1's operands
             if j + 3 < NSTEPS:
@@ -364,12 +364,10 @@ def bwd_bwd_state_terms_gluon_kernel(
             kr = kr_n
             ks = ks_n
         LAST: gl.constexpr = NSTEPS - 1
-        dks_in = dks_buf.index(LAST % 3).load(MK)
-        dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
-        d1, acc_rev, acc_fac = _finish_step(
-            LAST, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % 3,
+        d1, acc_rev, acc_fac, acc = _finish_step(
+            LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % 3,
             block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
-            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG)
+            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP)
     else:
         for j in range(NSTEPS):
             n0 = block_col(j, BNB, N, FIN)
@@ -402,12 +400,10 @@ def bwd_bwd_state_terms_gluon_kernel(
                                          a2_hi, a2_lo, acc, CP, False, MK)
             if CP == 1:
                 acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
-            dks_in = dks_buf.index(slot).load(MK)
-            dk, acc = _wait_products(dk, dk2, acc, i_k, CR, CP)
-            d1, acc_rev, acc_fac = _finish_step(
-                j, dk, ks, kr, dks_in, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+            d1, acc_rev, acc_fac, acc = _finish_step(
+                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP)
     release_ring(bars, SL)
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
