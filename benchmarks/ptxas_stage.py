@@ -8,7 +8,8 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py stage30_stepdesc 128 64 4 16 --kernel aux --banks
 
 ``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
-static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix).
+static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix), and
+for each wgmma wait the instructions the warp runs between its wgmma and the wait (mma_waits).
 ``--banks`` prints each Gluon kernel's copies between registers and shared memory with their
 shared-memory wavefronts, excess over the ideal and bank conflicts (mamba3_perf.analysis.banks).
 
@@ -29,7 +30,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # real JITFunctions: their launches ar
 import triton  # noqa: E402
 
 from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary  # noqa: E402
-from mamba3_perf.analysis.sass import instruction_mix  # noqa: E402
+from mamba3_perf.analysis.sass import instruction_mix, mma_waits  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 from mamba3_perf.kernels.knobs import single_knobs  # noqa: E402
 
@@ -64,6 +65,9 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
               + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
     if sass:
         report += "\n" + instruction_mix(listing).to_string(index=False)
+        waits = mma_waits(listing)
+        if len(waits):  # what the warp runs while its wgmma do
+            report += "\nwgmma waits:\n" + waits.assign(addr=waits["addr"].map(hex)).to_string(index=False)
     if banks:
         report += "\n" + banks_table(accesses)
     return report

@@ -122,6 +122,41 @@ def instruction_mix(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def mma_waits(text: str) -> pd.DataFrame:
+    """One row per wgmma wait (``WARPGROUP.DEPBAR``) of a listing: how much of the warp's own
+    work the compiler placed between the wgmma it waits for and the wait, i.e. what runs while the
+    tensor cores do (the rest of the kernel's overlap comes from other warps). Columns ``addr``;
+    ``loop`` (the innermost loop body holding it, ``0xSTART-0xEND``, or "");
+    ``issued`` (HGMMA since the previous wait, or, where none precedes it in its loop body, those
+    after it in the body: issued in the iteration before, as a software-pipelined loop does);
+    ``overlap`` (instructions between the last of them and the wait, around the back edge in
+    the second case; -1 where no HGMMA precedes the wait)."""
+    df = parse_sass(text)
+    spans = loop_spans(df)
+    mma = df["opcode"].str.startswith("HGMMA").to_numpy()
+    pos_of = {int(a): i for i, a in enumerate(df["addr"])}
+    rows, prev = [], -1
+    for i in [i for i, op in enumerate(df["opcode"]) if op.startswith("WARPGROUP.DEPBAR")]:
+        addr = int(df["addr"].iloc[i])
+        inner = [(s, e) for s, e in spans if s <= addr <= e]
+        span = min(inner, key=lambda se: se[1] - se[0]) if inner else None
+        start = max(prev + 1, pos_of[span[0]]) if span else prev + 1
+        before = [k for k in range(start, i) if mma[k]]
+        after = [k for k in range(i + 1, pos_of[span[1]] + 1) if mma[k]] if span and not before else []
+        if not before and not after:  # none in its own stretch: the last HGMMA before it anywhere
+            before = [k for k in range(prev + 1, i) if mma[k]]
+        if before:
+            issued, overlap = len(before), i - before[-1] - 1
+        elif after:
+            issued, overlap = len(after), (pos_of[span[1]] - after[-1]) + (i - pos_of[span[0]])
+        else:
+            issued, overlap = 0, -1
+        rows.append({"addr": addr, "loop": f"{span[0]:#x}-{span[1]:#x}" if span else "", "issued": issued,
+                     "overlap": overlap})
+        prev = i
+    return pd.DataFrame(rows, columns=["addr", "loop", "issued", "overlap"])
+
+
 # the source page's columns this module reads, by the names ncu 2025.3 gives them
 _PAGE_COLUMNS = {
     "Address": "address", "Source": "source", "Warp Stall Sampling (All Samples)": "samples",

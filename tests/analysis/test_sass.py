@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from mamba3_perf.analysis.sass import (
-    KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, parse_sass, read_source_page,
+    KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, mma_waits, parse_sass,
+    read_source_page,
 )
 from mamba3_perf.errors import ParseError
 
@@ -43,6 +44,38 @@ def test_the_chunk_loop_is_found_and_counted():
                                           ("BAR.SYNC.DEFER_BLOCKING", "control"), ("XYZ", "other")])
 def test_kinds(opcode, want):
     assert kind(opcode) == want
+
+
+def _listing(name):
+    return gzip.decompress((Path(__file__).parents[1] / "data" / "sass" / name).read_bytes()).decode()
+
+
+def test_mma_waits_of_a_walk_that_waits_at_once():
+    """stage32's state_terms (N128_P64_R4_C16): each N step issues its 30 HGMMA (dK_raw and ks
+    dstates at tf32x3) and waits for them three instructions later."""
+    text = _listing("bwd_bwd_state_terms_gluon_kernel-stage32-sm90.sass.gz")
+    waits = mma_waits(text)
+    assert len(waits) == 1
+    w = waits.iloc[0]
+    assert w["issued"] == 30 and w["overlap"] == 3
+    assert w["loop"] and parse_sass(text)["opcode"].str.startswith("HGMMA").sum() == 30
+
+
+def test_mma_waits_of_a_software_pipelined_walk():
+    """The same kernel with terms_gluon.PIPELINE: the loop body waits before it issues (the step
+    issued in the iteration before), so the wait's HGMMA are those after it in the body and the
+    overlap runs around the back edge: the next step's staging, 181 instructions; the last step's
+    wait after the loop overlaps only its own tail."""
+    text = _listing("bwd_bwd_state_terms_gluon_kernel-stage32-pipeline-sm90.sass.gz")
+    waits = mma_waits(text)
+    assert list(waits["issued"]) == [30, 30]
+    assert list(waits["overlap"]) == [181, 26]
+    df = parse_sass(text)
+    start, end = (int(x, 16) for x in waits["loop"].iloc[0].split("-"))
+    body = df[(df["addr"] >= start) & (df["addr"] <= end)]
+    first_mma = body[body["opcode"].str.startswith("HGMMA")]["addr"].min()
+    assert first_mma > waits["addr"].iloc[0]  # issued after the wait, in the loop body
+    assert mma_waits(LISTING).empty  # no wgmma: no rows
 
 
 def test_text_without_instructions_is_refused():
