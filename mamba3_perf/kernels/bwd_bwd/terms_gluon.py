@@ -131,8 +131,9 @@ def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, 
 
 @gluon.jit
 def _step_a(ks_hi, ks_lo, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr):
-    """The A operands of ks dstates from ks's TF32 parts: all rows, or (CP = 2) each chunk's
-    rows, the other chunk's 0 (the second pair; with CP = 1 the first again)."""
+    """The A operands of ks dstates from ks's TF32 parts: (a_hi, a_lo, a2_hi, a2_lo), with CP = 2
+    the first chunk's rows and then the second's (the other chunk's rows 0); with CP = 1 all rows,
+    twice."""
     if CP == 2:
         a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
         a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
