@@ -111,13 +111,15 @@ def _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD,
 def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
                 KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr,
                 R: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr, DSL: gl.constexpr, MK: gl.constexpr,
-                AK: gl.constexpr):
-    """PIPE's staging of one step from ring slot ``slot``: each chunk's dstates block split into the
-    operand buffers at ``o`` (+1) and its DDA term added, the k rows, ks and the A operands of ks
-    dstates. Returns (kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2)."""
+                AK: gl.constexpr, DDA_FIRST: gl.constexpr):
+    """A step's staging from ring slot ``slot``: each chunk's dstates block split into the operand
+    buffers at ``o`` (+1) and its DDA term added (the first chunk's only with DDA_FIRST: else the
+    caller adds it, from the returned block, once the products are issued), the k rows, ks and the
+    A operands of ks dstates. Returns (kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds)."""
     ds = ds_buf.index(slot * CP).load(DSL)
     _stage_dstates(ds, dsh_s.index(o), dsl_s.index(o), dsth_s.index(o), dstl_s.index(o))
-    acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+    if DDA_FIRST:
+        acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
     if CP == 2:
         ds2 = ds_buf.index(slot * CP + 1).load(DSL)
         _stage_dstates(ds2, dsh_s.index(o + 1), dsl_s.index(o + 1), dsth_s.index(o + 1), dstl_s.index(o + 1))
@@ -126,7 +128,7 @@ def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, 
     ks = kr * ts[:, None]
     ks_hi, ks_lo = tf32_split(ks)
     a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_hi, ks_lo, i_k, C * R, CP, AK)
-    return kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2
+    return kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds
 
 
 @gluon.jit
@@ -334,9 +336,10 @@ def bwd_bwd_state_terms_gluon_kernel(
         # step j + 1's operands staged (from ring slot (j + 1) % 3 into operand set (j + 1) % 2) while
         # step j's wgmma run; step j + 3's copies issued once step j is done with its slot
         mbarrier.wait(bars.index(0), 0)
-        kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2 = _stage_step(
+        kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
             ds_buf, st_buf, kr_buf, krp_buf, 0, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
-            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK)
+            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK,
+            True)
         fence_async_shared()
         cta_barrier()
         dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, ZERO, a_hi, a_lo,
@@ -346,10 +349,10 @@ def bwd_bwd_state_terms_gluon_kernel(
             nslot = (j + 1) % 3
             n0 = block_col(j, BNB, N, FIN)
             mbarrier.wait(bars.index(nslot), ((j + 1) // 3) % 2)
-            kr_n, ks_n, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2 = _stage_step(
+            kr_n, ks_n, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
-                CC, R, CP, ROT, DSL, MK, AK)
+                CC, R, CP, ROT, DSL, MK, AK, True)
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
@@ -379,17 +382,11 @@ def bwd_bwd_state_terms_gluon_kernel(
                             krp_buf, dks_buf, 1 - slot, row_s, row_k, block_col(j + 1, BNB, N, FIN), row_x, col0,
                             hq, N, CP, ROT)
             mbarrier.wait(bars.index(slot), (j // 2) % 2)
-            ds = ds_buf.index(slot * CP).load(DSL)
-            _stage_dstates(ds, dsh_s.index(0), dsl_s.index(0), dsth_s.index(0), dstl_s.index(0))
-            if CP == 2:  # both chunks' DDA terms formed here: their dstates not held across the products
-                acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
-                ds2 = ds_buf.index(slot * CP + 1).load(DSL)
-                _stage_dstates(ds2, dsh_s.index(1), dsl_s.index(1), dsth_s.index(1), dstl_s.index(1))
-                acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
-            kr = _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK, ROT)
-            ks = kr * ts[:, None]
-            ks_hi, ks_lo = tf32_split(ks)
-            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_hi, ks_lo, i_k, CR, CP, AK)
+            # both chunks' DDA terms formed here where CP = 2 (their dstates not held across the
+            # products); one chunk's once its products are issued
+            kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds = _stage_step(
+                ds_buf, st_buf, kr_buf, krp_buf, slot, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
+                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK, CP == 2)
             fence_async_shared()
             cta_barrier()
             if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
@@ -400,7 +397,7 @@ def bwd_bwd_state_terms_gluon_kernel(
                 dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, 0, a_hi, a_lo,
                                          a2_hi, a2_lo, acc, CP, False, MK)
             if CP == 1:
-                acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
+                acc_dda += st_buf.index(slot).load(DSL).to(gl.float32) * ds
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
