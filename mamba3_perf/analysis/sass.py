@@ -140,15 +140,15 @@ def mma_waits(text: str) -> pd.DataFrame:
         addr = int(df["addr"].iloc[i])
         inner = [(s, e) for s, e in spans if s <= addr <= e]
         span = min(inner, key=lambda se: se[1] - se[0]) if inner else None
-        start = max(prev + 1, pos_of[span[0]]) if span else prev + 1
-        before = [k for k in range(start, i) if mma[k]]
-        after = [k for k in range(i + 1, pos_of[span[1]] + 1) if mma[k]] if span and not before else []
-        if not before and not after:  # none in its own stretch: the last HGMMA before it anywhere
-            before = [k for k in range(prev + 1, i) if mma[k]]
-        if before:
-            issued, overlap = len(before), i - before[-1] - 1
+        before = [k for k in range(prev + 1, i) if mma[k]]
+        own = [k for k in before if k >= pos_of[span[0]]] if span else before  # in its loop body
+        after = [k for k in range(i + 1, pos_of[span[1]] + 1) if mma[k]] if span and not own else []
+        if own:
+            issued, overlap = len(own), i - own[-1] - 1
         elif after:
             issued, overlap = len(after), (pos_of[span[1]] - after[-1]) + (i - pos_of[span[0]])
+        elif before:  # none in its own body: the last HGMMA before it
+            issued, overlap = len(before), i - before[-1] - 1
         else:
             issued, overlap = 0, -1
         rows.append({"addr": addr, "loop": f"{span[0]:#x}-{span[1]:#x}" if span else "", "issued": issued,
