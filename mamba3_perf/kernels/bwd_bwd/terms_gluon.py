@@ -315,7 +315,9 @@ def bwd_bwd_state_terms_gluon_kernel(
         row_x = row_k
         col0 = row_k
     NSTEPS: gl.constexpr = N // BNB
-    for k in gl.static_range(SL - 1):  # the first blocks: one, or with PIPE two
+    # the first blocks: one (the walk issues step j + 1's at step j), or with PIPE three (it issues
+    # step j + 3's into slot j once step j is done with it)
+    for k in gl.static_range(SL if PIPE else SL - 1):
         if k < NSTEPS:
             _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(k), ds_buf, st_buf, kr_buf, krp_buf,
                         dks_buf, k, row_s, row_k, block_col(k, BNB, N, FIN), row_x, col0, hq, N, CP, ROT)
