@@ -494,8 +494,9 @@ TRANSPOSE_LAYOUTS: bool = False
 # knob: the fp32 k (KR) and dK (DKS) TMA boxes [64, BNB] in the 32-byte swizzle instead of their
 # rows' 64: the walk reads them in the wgmma accumulator layout, which takes 2x its ideal
 # shared wavefronts from the 64-byte swizzle and its ideal from the 32-byte one
-# (mamba3_perf.analysis.banks); Triton copies each box as two [64, 8] slices. Compiled, not yet
-# run on a GPU: benchmarks/sweep_knob.py --stage stage32_banks --knob terms_gluon.NARROW_BOXES=0,1
+# (mamba3_perf.analysis.banks); Triton copies each box as two [64, 8] slices. Golden on an H100,
+# and state_terms within 1.2 % of its time either way (records/h100-sweep-narrow-boxes-d8fe947.json):
+# no stage takes it
 NARROW_BOXES: bool = False
 
 # knob: the N walk software-pipelined (the kernel's PIPE): step j + 1's operands (its dstates
