@@ -315,8 +315,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         row_x = row_k
         col0 = row_k
     NSTEPS: gl.constexpr = N // BNB
-    # the first blocks: one (the walk issues step j + 1's at step j), or with PIPE three (it issues
-    # step j + 3's into slot j once step j is done with it)
+    # the first blocks: one (the walk issues step j + 1's at step j), or with PIPE one a slot (it
+    # issues step j + SL's into step j's slot once step j is done with it)
     for k in gl.static_range(SL if PIPE else SL - 1):
         if k < NSTEPS:
             _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(k), ds_buf, st_buf, kr_buf, krp_buf,
@@ -335,8 +335,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         acc_dda2 = acc_dda  # unused
     d1 = gl.zeros([M, BNB], gl.float32, MK)  # FIN: the pair's first-half rows, until its partners come
     if PIPE:
-        # step j + 1's operands staged (from ring slot (j + 1) % 3 into operand set (j + 1) % 2) while
-        # step j's wgmma run; step j + 3's copies issued once step j is done with its slot
+        # step j + 1's operands staged (from ring slot (j + 1) % SL into operand set (j + 1) % 2) while
+        # step j's wgmma run; step j + SL's copies issued once step j is done with its slot
         mbarrier.wait(bars.index(0), 0)
         kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
             ds_buf, st_buf, kr_buf, krp_buf, 0, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
@@ -347,10 +347,10 @@ def bwd_bwd_state_terms_gluon_kernel(
         dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, ZERO, a_hi, a_lo,
                                  a2_hi, a2_lo, acc, CP, True, MK)
         for j in range(NSTEPS - 1):
-            slot = j % 3
-            nslot = (j + 1) % 3
+            slot = j % SL
+            nslot = (j + 1) % SL
             n0 = block_col(j, BNB, N, FIN)
-            mbarrier.wait(bars.index(nslot), ((j + 1) // 3) % 2)
+            mbarrier.wait(bars.index(nslot), ((j + 1) // SL) % 2)
             kr_n, ks_n, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
@@ -361,9 +361,9 @@ def bwd_bwd_state_terms_gluon_kernel(
                 N, C, CC, R, MK, FIN, ADD_DANG, CP)
             fence_async_shared()
             cta_barrier()  # every warp is done with slot j and has staged step j + 1's operands
-            if j + 3 < NSTEPS:
+            if j + SL < NSTEPS:
                 _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(slot), ds_buf, st_buf, kr_buf,
-                            krp_buf, dks_buf, slot, row_s, row_k, block_col(j + 3, BNB, N, FIN), row_x, col0, hq,
+                            krp_buf, dks_buf, slot, row_s, row_k, block_col(j + SL, BNB, N, FIN), row_x, col0, hq,
                             N, CP, ROT)
             dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, ((j + 1) % 2) * CP,
                                      (j + 1) * ZERO, a_hi, a_lo, a2_hi, a2_lo, acc, CP, True, MK)
@@ -371,7 +371,7 @@ def bwd_bwd_state_terms_gluon_kernel(
             ks = ks_n
         LAST: gl.constexpr = NSTEPS - 1
         d1, acc_rev, acc_fac, acc = _finish_step(
-            LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % 3,
+            LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % SL,
             block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
             cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP)
     else:
