@@ -168,6 +168,17 @@ def mma_shapes(ttgir: str) -> list[dict]:
     return [{"version": int(v), "instr": [int(x) for x in s.split(",")]} for v, s in _MMA.findall(ttgir)]
 
 
+def tma_ring(ttgir: str) -> dict:
+    """A TMA ring's issue points in a TTGIR module: its mbarriers (``barriers``) and the
+    expect-tx of each block's copies before the module's first loop (``filled``: the blocks the
+    prologue issues) and from it on (``in_loop``). A walk that issues step j + SLOTS's copies into
+    step j's slot must fill every slot first (``filled == barriers``), or its wait for the first
+    unissued block never ends (terms_gluon's PIPE hung so on an H100)."""
+    head, _, rest = ttgir.partition("scf.for")
+    return {"barriers": ttgir.count("ttng.init_barrier"), "filled": head.count("ttng.barrier_expect"),
+            "in_loop": rest.count("ttng.barrier_expect")}
+
+
 IR_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".source", ".amdgcn")  # not needed to launch
 
 
@@ -265,7 +276,7 @@ def _compile_or_warm(a) -> None:
         by_shared = occupancy(0, 32 * opts["num_warps"], k.metadata.shared).limits["shared_mem"]
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
                           "programs_per_sm_by_shared": by_shared,
-                          "mma": mma_shapes(k.asm["ttgir"]), "keywords": consts, **extra,
+                          "mma": mma_shapes(k.asm["ttgir"]), "ring": tma_ring(k.asm["ttgir"]), "keywords": consts, **extra,
                           "seconds": round(time.time() - t0, 1)}),
               flush=True)
 

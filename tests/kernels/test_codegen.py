@@ -105,3 +105,14 @@ def test_codegen_refuses_a_bad_knob(knob, why, capsys):
     with pytest.raises(SystemExit) as e:
         codegen.main(["compile", "stage0", "16", "16", "1", "16", "--knob", knob])
     assert e.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_tma_ring_counts_the_blocks_issued_before_the_first_loop():
+    from mamba3_perf.kernels.codegen import tma_ring
+
+    ttgir = "\n".join([
+        "ttng.init_barrier %0", "ttng.init_barrier %1", "ttng.barrier_expect %0",
+        "scf.for %j = ... {", "  ttng.wait_barrier %1", "  ttng.barrier_expect %1", "}",
+    ])
+    assert tma_ring(ttgir) == {"barriers": 2, "filled": 1, "in_loop": 1}
+    assert tma_ring("ttng.init_barrier %0\nttng.barrier_expect %0") == {"barriers": 1, "filled": 1, "in_loop": 0}

@@ -34,6 +34,11 @@ def test_pipelined_walk_fits_beside_its_occupancy(compile_stage, shape, per_sm):
     assert after["shared"] > before["shared"]  # the third slot and the second operand set
     assert after["programs_per_sm_by_shared"] == per_sm
     assert after["mma"] == before["mma"]  # the same products
+    # the pipelined walk issues step j + 3's copies into step j's slot: all three slots filled
+    # before it (two were, and its wait for step 2 never ended on an H100); the default walk
+    # issues step j + 1's at step j, one block ahead
+    assert after["ring"] == {"barriers": 3, "filled": 3, "in_loop": 1}
+    assert before["ring"] == {"barriers": 2, "filled": 1, "in_loop": 1}
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
