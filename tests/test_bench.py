@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -340,3 +341,33 @@ def test_sweep_knob_traffic_counts_each_combination_per_kernel(monkeypatch, tmp_
     total = rows.groupby("setting")["bytes"].sum()
     assert set(rows["kernel"]) >= {"bwd_bwd_pre_halves_kernel", "bwd_bwd_aux_streamed_kernel"}
     assert total[1] < total[0]
+
+
+def test_sweep_knob_keeps_the_cases_timed_before_one_that_never_ends(monkeypatch, tmp_path):
+    """The timing path writes its record after each case (complete: false), so a combination that
+    hangs until the device call's deadline (terms_gluon.PIPELINE did) loses only its own case."""
+    import runpy
+    import types
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench_dir))
+    calls = []
+
+    def measure(fn, case, stage, x, golden, ref, device, bk):
+        calls.append(case.id)
+        if case.id == "edge-N48":
+            raise KeyboardInterrupt  # what the call's deadline does to a process blocked in a kernel
+        return {"status": "ok", "median_us": 1.0}
+
+    monkeypatch.setitem(sys.modules, "sweep_launch", types.SimpleNamespace(measure=measure))
+    mod = runpy.run_path(str(bench_dir / "sweep_knob.py"))
+    out = tmp_path / "rec.json"
+    argv = ["--cases", "edge-one-chunk,edge-N48", "--stage", "stage25_subchunk", "--knob",
+            "stage25_subchunk.READ_INPUTS=0,1", "--json", str(out)]
+    with pytest.raises(KeyboardInterrupt):
+        mod["main"](argv)
+    rec = json.loads(out.read_text())
+    assert calls == ["edge-one-chunk", "edge-one-chunk", "edge-N48"]
+    assert rec["meta"]["complete"] is False
+    assert [(r["case_id"], r["knobs"]["stage25_subchunk.READ_INPUTS"]) for r in rec["rows"]] == [
+        ("edge-one-chunk", 0), ("edge-one-chunk", 1)]
