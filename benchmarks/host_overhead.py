@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf import backend as be
     from mamba3_perf import bench
-    from mamba3_perf.runs import write_rows_record, write_text_atomic
+    from mamba3_perf.runs import cases_recorded, write_text_atomic
 
     bk = be.resolve("auto")
     if not bk.device.startswith("cuda"):
         raise SystemExit("host_overhead.py compares host and GPU time: it needs a CUDA device")
     rows, profiles = [], []
-    for case in bench.select_cases(a.cases):
+    for case in cases_recorded(bench.select_cases(a.cases), a.json, "host_overhead.py", argv, rows):
         x = bench.prepare(case, device=bk.device)
         for stage in a.stages.split(","):
             fn = bench.variant_runner(stage, case, x)
@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append(lrow)
         del x
         bench._free(bk.device)
-    write_rows_record(a.json, "host_overhead.py", argv, rows)
     if a.profile:
         write_text_atomic(a.profile, "\n\n".join(profiles) + "\n")
 

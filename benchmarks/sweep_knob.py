@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mamba3_perf import backend as be
     from mamba3_perf.kernels.checking import oracles
-    from mamba3_perf.runs import write_rows_record
+    from mamba3_perf.runs import cases_recorded, write_rows_record
 
     if a.traffic:
         write_rows_record(a.json, "sweep_knob.py", argv, count_traffic(cases, a.stage, knobs, names, combos, a.samples),
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     from sweep_launch import measure  # loads the kernels: after the backend is chosen
 
     rows = []
-    for case in cases:
+    for case in cases_recorded(cases, a.json, "sweep_knob.py", argv, rows):
         x = bench.prepare(case, device=bk.device)
         golden, ref = oracles(x, case)
         fn = bench.variant_runner(a.stage, case, x)
@@ -120,9 +120,6 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
         del x, golden, ref
         bench._free(bk.device)
-        if case is not cases[-1]:  # the cases so far, kept where a later one hangs or the call's time ends
-            write_rows_record(a.json, "sweep_knob.py", argv, rows, complete=False)
-    write_rows_record(a.json, "sweep_knob.py", argv, rows, complete=True)
 
 
 if __name__ == "__main__":

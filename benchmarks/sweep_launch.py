@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> None:
 
     bk = be.resolve("auto")
     from mamba3_perf.kernels.checking import oracles
-    from mamba3_perf.runs import write_rows_record
+    from mamba3_perf.runs import cases_recorded
 
     defaults = {t: dict(launch_dict(t)) for t, _ in sweeps}
     rows = []
-    for case in cases:
+    for case in cases_recorded(cases, a.json, "sweep_launch.py", argv, rows, defaults=defaults):
         x = bench.prepare(case, device=bk.device)
         golden, ref = oracles(x, case)
         fn = bench.variant_runner(a.stage, case, x)
@@ -148,7 +148,6 @@ def main(argv: list[str] | None = None) -> None:
                 bench._free(bk.device)
         del x, golden, ref
         bench._free(bk.device)
-    write_rows_record(a.json, "sweep_launch.py", argv, rows, defaults=defaults)
 
 
 if __name__ == "__main__":

@@ -315,3 +315,13 @@ def write_rows_record(path: str | os.PathLike, script: str, argv: list[str] | No
     command = f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
     rec = {"meta": {**collect_environment(), "command": command, **meta}, "rows": rows}
     return write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
+def cases_recorded(cases: list, path: str | os.PathLike, script: str, argv: list[str] | None, rows: list,
+                   **meta) -> Iterator:
+    """Each of ``cases``, and once the caller's loop is done with it the record of ``rows`` so far
+    (:func:`write_rows_record`; ``complete`` false until the last case is done): a case that hangs
+    until a device call's deadline, or fails, loses its own rows only."""
+    for i, case in enumerate(cases):
+        yield case
+        write_rows_record(path, script, argv, rows, complete=i == len(cases) - 1, **meta)
