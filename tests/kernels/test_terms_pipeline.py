@@ -57,3 +57,17 @@ def test_pipelined_walk_matches_golden_on_hopper(stage, case_id, monkeypatch):
     case = get_case(case_id)
     rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_stage23_passes_pipeline_to_the_gluon_state_terms(monkeypatch):
+    """stage23_gluonterms.run_with's ``pipeline``: the launch keyword a stage's plan gives the
+    Gluon state_terms (beside chunk_pairs and transpose_layouts), absent unless asked for."""
+    from mamba3_perf.kernels.bwd_bwd import stage22_lkqblock, stage23_gluonterms
+
+    seen = []
+    monkeypatch.setattr(stage23_gluonterms, "uses_gluon", lambda x, meta: True)
+    monkeypatch.setattr(stage22_lkqblock, "run_with", lambda x, out, meta, state_terms, **kw: seen.append(state_terms))
+    stage23_gluonterms.run_with({}, {}, None, pipeline=True, transpose_layouts=True)
+    stage23_gluonterms.run_with({}, {}, None)
+    assert seen[0].keywords == {"transpose_layouts": True, "pipeline": True}
+    assert seen[1] is terms_gluon.launch_state_terms
