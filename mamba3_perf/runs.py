@@ -309,11 +309,12 @@ def collect_environment() -> dict:
 
 
 def write_rows_record(path: str | os.PathLike, script: str, argv: list[str] | None, rows: list,
-                      **meta) -> Path:
-    """A benchmark script's record, atomically: ``{"meta": environment + the command that made it
-    (+ ``meta``), "rows": rows}`` (benchmarks/sweep_launch.py, sweep_knob.py, host_overhead.py)."""
+                      env: dict | None = None, **meta) -> Path:
+    """A benchmark script's record, atomically: ``{"meta": environment (``env``, default
+    :func:`collect_environment`'s now) + the command that made it (+ ``meta``), "rows": rows}``
+    (benchmarks/sweep_launch.py, sweep_knob.py, host_overhead.py)."""
     command = f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
-    rec = {"meta": {**collect_environment(), "command": command, **meta}, "rows": rows}
+    rec = {"meta": {**(collect_environment() if env is None else env), "command": command, **meta}, "rows": rows}
     return write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
 
 
@@ -321,7 +322,11 @@ def cases_recorded(cases: list, path: str | os.PathLike, script: str, argv: list
                    **meta) -> Iterator:
     """Each of ``cases``, and once the caller's loop is done with it the record of ``rows`` so far
     (:func:`write_rows_record`; ``complete`` false until the last case is done): a case that hangs
-    until a device call's deadline, or fails, loses its own rows only."""
+    until a device call's deadline, or fails, loses its own rows only. The environment is collected
+    once, after the first case (the GPU's clocks then those of a device at work, not idle), and
+    written with every record."""
+    env = None
     for i, case in enumerate(cases):
         yield case
-        write_rows_record(path, script, argv, rows, complete=i == len(cases) - 1, **meta)
+        env = collect_environment() if env is None else env
+        write_rows_record(path, script, argv, rows, env, complete=i == len(cases) - 1, **meta)

@@ -276,7 +276,8 @@ def _compile_or_warm(a) -> None:
         by_shared = occupancy(0, 32 * opts["num_warps"], k.metadata.shared).limits["shared_mem"]
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
                           "programs_per_sm_by_shared": by_shared,
-                          "mma": mma_shapes(k.asm["ttgir"]), "ring": tma_ring(k.asm["ttgir"]), "keywords": consts, **extra,
+                          "mma": mma_shapes(k.asm["ttgir"]), "ring": tma_ring(k.asm["ttgir"]),
+                          "keywords": consts, **extra,
                           "seconds": round(time.time() - t0, 1)}),
               flush=True)
 

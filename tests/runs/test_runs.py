@@ -15,9 +15,12 @@ def test_rows_record_carries_command_environment_and_extra_meta(tmp_path):
     assert rec["meta"]["defaults"] == {"chunk": {"num_warps": 8}} and "versions" in rec["meta"]
 
 
-def test_cases_recorded_writes_the_rows_after_each_case(tmp_path):
+def test_cases_recorded_writes_the_rows_after_each_case(tmp_path, monkeypatch):
+    from mamba3_perf import runs
     from mamba3_perf.runs import cases_recorded
 
+    envs = []  # the environment collected once, after the first case, and in every record
+    monkeypatch.setattr(runs, "collect_environment", lambda: envs.append(1) or {"device": "d", "n": len(envs)})
     out, rows = tmp_path / "rec.json", []
     for case in cases_recorded(["a", "b"], out, "x.py", ["--y"], rows, extra=1):
         rows.append({"case_id": case})
@@ -28,3 +31,4 @@ def test_cases_recorded_writes_the_rows_after_each_case(tmp_path):
     assert rec["rows"] == [{"case_id": "a"}, {"case_id": "b"}]
     assert rec["meta"]["complete"] is True and rec["meta"]["extra"] == 1
     assert rec["meta"]["command"] == "python benchmarks/x.py --y"
+    assert envs == [1] and rec["meta"]["device"] == "d" and rec["meta"]["n"] == 1
