@@ -111,11 +111,11 @@ def _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD,
 def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
                 KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr,
                 R: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr, DSL: gl.constexpr, MK: gl.constexpr,
-                AK: gl.constexpr, DDA_FIRST: gl.constexpr):
+                DDA_FIRST: gl.constexpr):
     """A step's staging from ring slot ``slot``: each chunk's dstates block split into the operand
     buffers at ``o`` (+1) and its DDA term added (the first chunk's only with DDA_FIRST: else the
-    caller adds it, from the returned block, once the products are issued), the k rows, ks and the
-    A operands of ks dstates. Returns (kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds)."""
+    caller adds it, from the returned block, once the products are issued), the k rows and ks
+    (the A operands of ks dstates are :func:`_step_a`'s). Returns (kr, ks, acc_dda, acc_dda2, ds)."""
     ds = ds_buf.index(slot * CP).load(DSL)
     _stage_dstates(ds, dsh_s.index(o), dsl_s.index(o), dsth_s.index(o), dstl_s.index(o))
     if DDA_FIRST:
@@ -126,16 +126,17 @@ def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, 
         acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
     kr = _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK, ROT)
     ks = kr * ts[:, None]
-    ks_hi, ks_lo = tf32_split(ks)
-    a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_hi, ks_lo, i_k, C * R, CP, AK)
-    return kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds
+    return kr, ks, acc_dda, acc_dda2, ds
 
 
 @gluon.jit
-def _step_a(ks_hi, ks_lo, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr):
-    """The A operands of ks dstates from ks's TF32 parts: (a_hi, a_lo, a2_hi, a2_lo), with CP = 2
-    the first chunk's rows and then the second's (the other chunk's rows 0); with CP = 1 all rows,
-    twice."""
+def _step_a(ks, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr):
+    """The A operands of ks dstates, in registers, from ks's TF32 parts: (a_hi, a_lo, a2_hi,
+    a2_lo), with CP = 2 the first chunk's rows and then the second's (the other chunk's rows 0);
+    with CP = 1 all rows, twice. A wgmma reads its register operands until it is waited for, so
+    the next step's are formed only after that wait (PTX: wgmma.mma_async's A registers may not be
+    written before its wgmma.wait_group; in a loop each step's are the same registers)."""
+    ks_hi, ks_lo = tf32_split(ks)
     if CP == 2:
         a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
         a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
@@ -338,10 +339,10 @@ def bwd_bwd_state_terms_gluon_kernel(
         # step j + 1's operands staged (from ring slot (j + 1) % SL into operand set (j + 1) % 2) while
         # step j's wgmma run; step j + SL's copies issued once step j is done with its slot
         mbarrier.wait(bars.index(0), 0)
-        kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
+        kr, ks, acc_dda, acc_dda2, _ds = _stage_step(
             ds_buf, st_buf, kr_buf, krp_buf, 0, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
-            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK,
-            True)
+            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, True)
+        a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK)
         fence_async_shared()
         cta_barrier()
         dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, ZERO, a_hi, a_lo,
@@ -351,14 +352,17 @@ def bwd_bwd_state_terms_gluon_kernel(
             nslot = (j + 1) % SL
             n0 = block_col(j, BNB, N, FIN)
             mbarrier.wait(bars.index(nslot), ((j + 1) // SL) % 2)
-            kr_n, ks_n, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, _ds = _stage_step(
+            kr_n, ks_n, acc_dda, acc_dda2, _ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
-                CC, R, CP, ROT, DSL, MK, AK, True)
+                CC, R, CP, ROT, DSL, MK, True)
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                 N, C, CC, R, MK, FIN, ADD_DANG, CP)
+            # step j + 1's A operands only now that step j's wgmma are waited for (_step_a): formed
+            # while they ran, they overwrote the registers those read (DV / DMIMO_V wrong on an H100)
+            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_n, i_k, C * R, CP, AK)
             fence_async_shared()
             cta_barrier()  # every warp is done with slot j and has staged step j + 1's operands
             if j + SL < NSTEPS:
@@ -386,9 +390,10 @@ def bwd_bwd_state_terms_gluon_kernel(
             mbarrier.wait(bars.index(slot), (j // 2) % 2)
             # both chunks' DDA terms formed here where CP = 2 (their dstates not held across the
             # products); one chunk's once its products are issued
-            kr, ks, a_hi, a_lo, a2_hi, a2_lo, acc_dda, acc_dda2, ds = _stage_step(
+            kr, ks, acc_dda, acc_dda2, ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, slot, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
-                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, AK, CP == 2)
+                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, CP == 2)
+            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK)
             fence_async_shared()
             cta_barrier()
             if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
