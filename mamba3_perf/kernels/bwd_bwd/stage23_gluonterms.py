@@ -52,7 +52,7 @@ def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_l
              pipeline: bool = False, **kw) -> None:
     """stage23's pipeline; ``chunk_pairs``, ``transpose_layouts``, ``pipeline``: the Gluon
     state_terms' launch keywords (stage31, stage32; ``pipeline`` is terms_gluon.PIPELINE's, which no
-    stage takes before a GPU run shows it wins); ``kw``: more stage22_lkqblock.run_with keywords
+    stage takes: within the run's spread on an H100); ``kw``: more stage22_lkqblock.run_with keywords
     (stage24)."""
     terms = None
     if uses_gluon(x, meta):

@@ -509,7 +509,10 @@ NARROW_BOXES: bool = False
 # run, instead of each step staging, issuing and waiting in turn; at a three-slot TMA ring (step
 # j + 3's copies issued once step j is done with its slot) and a second set of the split dstates
 # operands: more shared memory and registers per program (ptxas_stage.py STAGE N P R C --kernel
-# state_terms --knob terms_gluon.PIPELINE=1)
+# state_terms --knob terms_gluon.PIPELINE=1). Golden on an H100; state_terms 1.5-2.6 % faster
+# where one chunk fills the 64 rows at P = 64 and N >= 64, the whole kernel within its spread,
+# slower at P = 32 / 128 and on chunk pairs (records/h100-sweep-pipeline-ba1809a.json): no stage
+# takes it
 PIPELINE: bool = False
 
 
