@@ -49,6 +49,18 @@ def _issue_qk(q_desc, k_desc, bar, q_s, k_s, row, col):
 
 
 @gluon.jit
+def _issue_qk_step(q_desc, k_desc, bar, q_buf, qp_buf, k_buf, kp_buf, slot, row, col0, hq, n, N: gl.constexpr,
+                   ROT: gl.constexpr):
+    """The first walk's q / k blocks at column n into ring slot ``slot``: _issue_qk, or with ROT
+    _issue_qk_rot from the 16-bit inputs (``qp_buf``, ``kp_buf``, ``col0``, ``hq`` read only then)."""
+    if ROT:
+        _issue_qk_rot(q_desc, k_desc, bar, q_buf.index(slot), qp_buf.index(slot), k_buf.index(slot),
+                      kp_buf.index(slot), row, col0 + n, rotary_partner_col(hq, n, N))
+    else:
+        _issue_qk(q_desc, k_desc, bar, q_buf.index(slot), k_buf.index(slot), row, n)
+
+
+@gluon.jit
 def _issue_states(st_desc, bar, st_buf, slot, row_st, col, N: gl.constexpr, CP: gl.constexpr):
     """The cached states blocks of the program's CP chunks (rows N apart) into ring slot ``slot``
     (``st_buf`` [2 * CP, NB, P]: slot s, chunk k at s * CP + k)."""
@@ -121,7 +133,8 @@ def bwd_bwd_aux_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, num_warps: gl.constexpr,
+    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -159,6 +172,8 @@ def bwd_bwd_aux_gluon_kernel(
         col0 = (hq * N).to(gl.int32)
     else:  # rows of the [B, H, nc, C*R, N] scratch
         row_k = (bhc * CR).to(gl.int32)
+        hq = h  # unread
+        col0 = row_k
 
     WGS: gl.constexpr = num_warps // 4  # warpgroups, splitting each product's columns
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
@@ -229,35 +244,35 @@ def bwd_bwd_aux_gluon_kernel(
     i_s = gl.arange(0, M, layout=gl.SliceLayout(1, MS))
     j_s = gl.arange(0, M, layout=gl.SliceLayout(0, MS))
     ts_r = gl.load(TS_S + bh * S + t_r, mask=in_r, other=0.0)
-    q1_buf = gl.allocate_shared_memory(q1_desc.dtype, [2, M, NB1], q1_desc.layout)
-    k1_buf = gl.allocate_shared_memory(k1_desc.dtype, [2, M, NB1], k1_desc.layout)
+    # the first walk's TMA ring: SL1 slots (:data:`AUX_RING1`), step j + SL1 - 1's blocks issued at
+    # step j into the slot step j - 1 read
+    q1_buf = gl.allocate_shared_memory(q1_desc.dtype, [SL1, M, NB1], q1_desc.layout)
+    k1_buf = gl.allocate_shared_memory(k1_desc.dtype, [SL1, M, NB1], k1_desc.layout)
     if ROT:
-        q1p_buf = gl.allocate_shared_memory(q1_desc.dtype, [2, M, NB1], q1_desc.layout)
-        k1p_buf = gl.allocate_shared_memory(k1_desc.dtype, [2, M, NB1], k1_desc.layout)
-    bar1 = ring_barriers()
+        q1p_buf = gl.allocate_shared_memory(q1_desc.dtype, [SL1, M, NB1], q1_desc.layout)
+        k1p_buf = gl.allocate_shared_memory(k1_desc.dtype, [SL1, M, NB1], k1_desc.layout)
+    else:
+        q1p_buf = q1_buf  # unread
+        k1p_buf = k1_buf
+    bar1 = ring_barriers(SL1)
     QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], gl.float32)
     qh_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
     ql_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
-    if ROT:
-        _issue_qk_rot(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), q1p_buf.index(0), k1_buf.index(0),
-                      k1p_buf.index(0), row_k, col0, rotary_partner_col(hq, 0, N))
-    else:
-        _issue_qk(q1_desc, k1_desc, bar1.index(0), q1_buf.index(0), k1_buf.index(0), row_k, 0)
+    STEPS1: gl.constexpr = N // NB1
+    for k in gl.static_range(SL1 - 1):
+        if k < STEPS1:
+            _issue_qk_step(q1_desc, k1_desc, bar1.index(k), q1_buf, q1p_buf, k1_buf, k1p_buf, k, row_k, col0, hq,
+                           k * NB1, N, ROT)
     dkq = warpgroup_mma_wait(num_outstanding=0, deps=(dkq,))
     lkq = warpgroup_mma_init(gl.zeros([M, M], gl.float32, MS))
-    STEPS1: gl.constexpr = N // NB1
     for j in range(STEPS1):
-        slot = j % 2
-        if j + 1 < STEPS1:
-            cta_barrier()
-            if ROT:
-                _issue_qk_rot(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), q1p_buf.index(1 - slot),
-                              k1_buf.index(1 - slot), k1p_buf.index(1 - slot), row_k, col0 + (j + 1) * NB1,
-                              rotary_partner_col(hq, (j + 1) * NB1, N))
-            else:
-                _issue_qk(q1_desc, k1_desc, bar1.index(1 - slot), q1_buf.index(1 - slot), k1_buf.index(1 - slot),
-                          row_k, (j + 1) * NB1)
-        mbarrier.wait(bar1.index(slot), (j // 2) % 2)
+        slot = j % SL1
+        if j + SL1 - 1 < STEPS1:
+            cta_barrier()  # every warp is done reading the slot step j - 1 read
+            nslot = (j + SL1 - 1) % SL1
+            _issue_qk_step(q1_desc, k1_desc, bar1.index(nslot), q1_buf, q1p_buf, k1_buf, k1p_buf, nslot, row_k, col0,
+                           hq, (j + SL1 - 1) * NB1, N, ROT)
+        mbarrier.wait(bar1.index(slot), (j // SL1) % 2)
         if ROT:
             qv = rotated_rows(q1_buf.index(slot).load(ROW), q1p_buf.index(slot).load(ROW), QBIAS, COS_S, SIN_S,
                               b, h, cp, j * NB1, S, H, RD, N, CC, R, ROW)
@@ -276,7 +291,7 @@ def bwd_bwd_aux_gluon_kernel(
         lkq = dot3(gl.convert_layout(ks_hi, AS), gl.convert_layout(ks_lo, AS), qh_s.permute((1, 0)),
                     ql_s.permute((1, 0)), acc, True)
     lkq = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))
-    release_ring(bar1)
+    release_ring(bar1, SL1)
 
     # ---------------------------------------------------------------- scores
     ti = i_s // R
@@ -556,6 +571,13 @@ NARROW_BOXES: bool = False
 # (tests/kernels/test_transpose_layouts.py). No stage takes it yet
 AUX_WARPGROUPS: int = 1
 
+# knob: slots of the first N walk's TMA ring (its q / k blocks, and with rotation their partners):
+# 2 issues each step's blocks one step ahead. Nsight Compute's source page of stage32's aux on
+# N128_P64_R4_C16 (records/ncu-source-stage32-h100-b73b611) has the walk's mbarrier wait as the
+# kernel's most-stalled instruction (6.6 % of its samples, long scoreboard): its short steps
+# (one 32-column k.q^T product each) do not cover a copy's latency
+AUX_RING1: int = 2
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -612,5 +634,6 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
-        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), num_warps=4 * AUX_WARPGROUPS,
+        TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
+        num_warps=4 * AUX_WARPGROUPS,
     )

@@ -222,7 +222,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
-    PIPE: gl.constexpr, num_warps: gl.constexpr,
+    PIPE: gl.constexpr, RING: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -286,9 +286,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     ts = gl.load(TS_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)  # 0 past the chunk: ks rows 0
     erev = gl.load(EREV_S + bh * S + t_k, mask=i_k < CC * R, other=0.0)
 
-    # the TMA ring (each chunk's dstates and states blocks; two slots, three with PIPE) and the split
-    # dstates operands (one set, two with PIPE)
-    SL: gl.constexpr = 3 if PIPE else 2
+    # the TMA ring (each chunk's dstates and states blocks; RING slots (:data:`TERMS_RING`), three with
+    # PIPE) and the split dstates operands (one set, two with PIPE)
+    SL: gl.constexpr = 3 if PIPE else RING
     OPS: gl.constexpr = 2 if PIPE else 1
     ds_buf = gl.allocate_shared_memory(gl.float32, [SL * CP, BNB, P], dst_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [SL * CP, BNB, P], st_desc.layout)
@@ -316,8 +316,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         row_x = row_k
         col0 = row_k
     NSTEPS: gl.constexpr = N // BNB
-    # the first blocks: one (the walk issues step j + 1's at step j), or with PIPE one a slot (it
-    # issues step j + SL's into step j's slot once step j is done with it)
+    # the first blocks: SL - 1 (the walk issues step j + SL - 1's at step j), or with PIPE one a slot
+    # (it issues step j + SL's into step j's slot once step j is done with it)
     for k in gl.static_range(SL if PIPE else SL - 1):
         if k < NSTEPS:
             _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(k), ds_buf, st_buf, kr_buf, krp_buf,
@@ -381,13 +381,14 @@ def bwd_bwd_state_terms_gluon_kernel(
     else:
         for j in range(NSTEPS):
             n0 = block_col(j, BNB, N, FIN)
-            slot = j % 2
-            if j + 1 < NSTEPS:
-                cta_barrier()  # every warp is done reading the slot the next copy fills
-                _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(1 - slot), ds_buf, st_buf, kr_buf,
-                            krp_buf, dks_buf, 1 - slot, row_s, row_k, block_col(j + 1, BNB, N, FIN), row_x, col0,
+            slot = j % SL
+            if j + SL - 1 < NSTEPS:
+                cta_barrier()  # every warp is done reading the slot the next copy fills (step j - 1's)
+                nslot = (j + SL - 1) % SL
+                _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(nslot), ds_buf, st_buf, kr_buf,
+                            krp_buf, dks_buf, nslot, row_s, row_k, block_col(j + SL - 1, BNB, N, FIN), row_x, col0,
                             hq, N, CP, ROT)
-            mbarrier.wait(bars.index(slot), (j // 2) % 2)
+            mbarrier.wait(bars.index(slot), (j // SL) % 2)
             # both chunks' DDA terms formed here where CP = 2 (their dstates not held across the
             # products); one chunk's once its products are issued
             kr, ks, acc_dda, acc_dda2, ds = _stage_step(
@@ -515,6 +516,12 @@ NARROW_BOXES: bool = False
 # takes it
 PIPELINE: bool = False
 
+# knob: slots of the N walk's TMA ring without PIPELINE (the kernel's RING): 2 issues each step's
+# blocks (dstates, states, k and dK rows) one step ahead, 3 two. Nsight Compute's source page of
+# stage32's state_terms on N128_P64_R4_C16 (records/ncu-source-stage32-h100-b73b611) has the
+# walk's mbarrier wait as its most-stalled instruction (8.1 % of the samples)
+TERMS_RING: int = 2
+
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
@@ -566,5 +573,5 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
-        PIPE=bool(PIPELINE if pipeline is None else pipeline), num_warps=warps(meta),
+        PIPE=bool(PIPELINE if pipeline is None else pipeline), RING=TERMS_RING, num_warps=warps(meta),
     )
