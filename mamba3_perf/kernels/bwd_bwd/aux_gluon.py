@@ -575,7 +575,8 @@ AUX_WARPGROUPS: int = 1
 # 2 issues each step's blocks one step ahead. Nsight Compute's source page of stage32's aux on
 # N128_P64_R4_C16 (records/ncu-source-stage32-h100-b73b611) has the walk's mbarrier wait as the
 # kernel's most-stalled instruction (6.6 % of its samples, long scoreboard): its short steps
-# (one 32-column k.q^T product each) do not cover a copy's latency
+# (one 32-column k.q^T product each) do not cover a copy's latency. 3 on an H100: golden, the aux
+# within 1 % of its time either way (records/h100-sweep-rings-a4b1997.json): no stage takes it
 AUX_RING1: int = 2
 
 

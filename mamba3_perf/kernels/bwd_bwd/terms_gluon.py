@@ -519,7 +519,9 @@ PIPELINE: bool = False
 # knob: slots of the N walk's TMA ring without PIPELINE (the kernel's RING): 2 issues each step's
 # blocks (dstates, states, k and dK rows) one step ahead, 3 two. Nsight Compute's source page of
 # stage32's state_terms on N128_P64_R4_C16 (records/ncu-source-stage32-h100-b73b611) has the
-# walk's mbarrier wait as its most-stalled instruction (8.1 % of the samples)
+# walk's mbarrier wait as its most-stalled instruction (8.1 % of the samples). 3 on an H100:
+# golden, state_terms within 1.3 % of its time (records/h100-sweep-rings-a4b1997.json): no stage
+# takes it
 TERMS_RING: int = 2
 
 
