@@ -56,7 +56,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 _KIND_OF = {op: kind for kind, ops in KINDS.items() for op in ops}
 KIND_ORDER = tuple(KINDS) + ("other",)
 
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)(.*?);")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(.*?);")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
@@ -73,7 +73,9 @@ def kind(opcode: str) -> str:
 
 def parse_sass(text: str) -> pd.DataFrame:
     """One row per instruction of a ``nvdisasm -c`` listing: ``addr`` (int), ``opcode`` (with
-    its modifiers), ``kind``, ``target`` (the address a branch jumps to, else -1).
+    its modifiers), ``kind``, ``target`` (the address a branch jumps to, else -1), ``guarded``
+    (whether a predicate guards it: ``@P0``, ``@!UP1``), ``operands`` (the text after the
+    opcode).
 
     Raises ValueError when the text holds no instruction (not a SASS listing)."""
     labels: dict[str, int] = {}
@@ -91,11 +93,12 @@ def parse_sass(text: str) -> pd.DataFrame:
         for name in pending:
             labels[name] = addr
         pending = []
-        t = _TARGET.search(m.group(3))
-        rows.append((addr, m.group(2), kind(m.group(2)), t.group(1) if t else ""))
+        t = _TARGET.search(m.group(4))
+        rows.append((addr, m.group(3), kind(m.group(3)), t.group(1) if t else "", bool(m.group(2)),
+                     m.group(4).strip()))
     if not rows:
         raise ValueError("no SASS instruction found (expected the output of nvdisasm -c)")
-    df = pd.DataFrame(rows, columns=["addr", "opcode", "kind", "label"])
+    df = pd.DataFrame(rows, columns=["addr", "opcode", "kind", "label", "guarded", "operands"])
     df["target"] = [labels.get(name, -1) if name else -1 for name in df["label"]]
     return df.drop(columns="label")
 
@@ -155,6 +158,91 @@ def mma_waits(text: str) -> pd.DataFrame:
                      "overlap": overlap})
         prev = i
     return pd.DataFrame(rows, columns=["addr", "loop", "issued", "overlap"])
+
+
+# opcodes that write predicates, not vector registers, though a register follows their predicate
+# operands (ISETP P0, PT, R1, ...)
+_PREDICATE_ONLY = {"ISETP", "FSETP", "DSETP", "HSETP2", "PSETP", "PLOP3", "FCHK", "R2P"}
+_PRED_OPERAND = re.compile(r"!?U?P[T0-9]+")
+_VREG = re.compile(r"R(\d+)(?:\.[A-Za-z0-9_]+)*")
+
+
+def written_registers(opcode: str, operands: str) -> range:
+    """The vector registers (R numbers) an instruction writes: its destination, the first operand
+    after any predicate destinations, where that is a register; wider where the opcode says so
+    (.64 / .WIDE / double-precision arithmetic: 2, .128 or LDSM's .4: 4). Stores, branches,
+    barriers, compares into predicates and uniform-datapath ops (which write UR registers) write
+    none; nor HGMMA, whose destination is its accumulator."""
+    base = opcode.split(".")[0]
+    if base in _PREDICATE_ONLY or base.startswith("U") or base in ("HGMMA", "WARPGROUP"):
+        return range(0)
+    ops = [o.strip() for o in operands.split(",")]
+    i = 0
+    while i < len(ops) and _PRED_OPERAND.fullmatch(ops[i]):
+        i += 1
+    m = _VREG.fullmatch(ops[i]) if i < len(ops) else None
+    if not m:
+        return range(0)
+    mods = opcode.split(".")[1:]
+    width = 1
+    if "128" in mods or (base == "LDSM" and "4" in mods):
+        width = 4
+    elif "64" in mods or "WIDE" in mods or (base == "LDSM" and "2" in mods) or base in ("DMUL", "DADD", "DFMA") \
+            or (base == "CS2R" and "32" not in mods):
+        width = 2
+    first = int(m.group(1))
+    return range(first, first + width)
+
+
+def _successors(df: pd.DataFrame, pos_of: dict[int, int], k: int) -> list[int]:
+    op, target, guarded = df["opcode"].iat[k], int(df["target"].iat[k]), bool(df["guarded"].iat[k])
+    nxt = [k + 1] if k + 1 < len(df) else []
+    if op.startswith("BRA") and target >= 0 and target in pos_of:
+        return [pos_of[target]] + (nxt if guarded else [])
+    if op.startswith("EXIT") and not guarded:
+        return []
+    return nxt
+
+
+def mma_register_hazards(text: str) -> pd.DataFrame:
+    """Where a listing writes a wgmma's register operand before the wgmma is waited for. A
+    wgmma whose A operand comes from registers (``HGMMA.64x64x8.F32.TF32 R24, R76, gdesc[UR8],
+    ...``: A in R76..R79) reads them while it runs, until a ``WARPGROUP.DEPBAR.LE gsb0, 0x0``;
+    PTX leaves writing them before that wait undefined, and in a loop the next iteration's A
+    operands are the same registers (a software-pipelined walk that forms them under the wgmma
+    computed wrong gradients that way on an H100: terms_gluon's ``_step_a``). From each such
+    HGMMA this follows every path of the listing (branches both ways, around back edges) up to
+    the first wait for all groups, and reports each instruction on it that writes one of the A
+    registers. A wait that leaves groups outstanding (``0x1``) does not end a path: the check
+    errs towards reporting. Columns ``mma_addr``, ``a_regs`` (``R76-R79``), ``addr``,
+    ``opcode``, ``register``; empty where none."""
+    df = parse_sass(text)
+    pos_of = {int(a): i for i, a in enumerate(df["addr"])}
+    waits = {i for i, (op, o) in enumerate(zip(df["opcode"], df["operands"]))
+             if op.startswith("WARPGROUP.DEPBAR") and o.replace(" ", "").endswith(",0x0")}
+    rows = []
+    for i, (op, operands) in enumerate(zip(df["opcode"], df["operands"])):
+        if not op.startswith("HGMMA"):
+            continue
+        parts = [o.strip() for o in operands.split(",")]
+        m = _VREG.fullmatch(parts[1]) if len(parts) > 1 else None
+        if not m:
+            continue  # A from shared memory (gdesc): nothing in registers to guard
+        a = range(int(m.group(1)), int(m.group(1)) + 4)  # an m64 x k-slice A fragment: 4 registers a thread
+        seen, todo = set(), _successors(df, pos_of, i)
+        while todo:
+            k = todo.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            if k in waits:
+                continue
+            hit = set(written_registers(df["opcode"].iat[k], df["operands"].iat[k])) & set(a)
+            for r in sorted(hit):
+                rows.append({"mma_addr": int(df["addr"].iat[i]), "a_regs": f"R{a.start}-R{a.stop - 1}",
+                             "addr": int(df["addr"].iat[k]), "opcode": df["opcode"].iat[k], "register": f"R{r}"})
+            todo.extend(_successors(df, pos_of, k))
+    return pd.DataFrame(rows, columns=["mma_addr", "a_regs", "addr", "opcode", "register"])
 
 
 # the source page's columns this module reads, by the names ncu 2025.3 gives them

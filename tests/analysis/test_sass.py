@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from mamba3_perf.analysis.sass import (
-    KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, mma_waits, parse_sass,
-    read_source_page,
+    KIND_ORDER, instruction_mix, kind, loop_spans, measured_mix, measured_regions, mma_register_hazards, mma_waits,
+    parse_sass, read_source_page, written_registers,
 )
 from mamba3_perf.errors import ParseError
 
@@ -148,3 +148,49 @@ def test_source_page_errors(tmp_path):
     broken.write_bytes(AUX_PAGE.read_bytes()[:1000])
     with pytest.raises(ParseError, match="page.csv.gz: cannot read"):
         read_source_page(broken)
+
+
+@pytest.mark.parametrize("opcode,operands,written", [
+    ("IMAD.WIDE.U32", "R4, R3, 0x4, R8", [4, 5]),
+    ("LDS.128", "R8, [R2+0x40]", [8, 9, 10, 11]),
+    ("LDSM.16.M88.4", "R12, [R3]", [12, 13, 14, 15]),
+    ("CS2R", "R6, SRZ", [6, 7]),
+    ("FSEL", "R85, R3, RZ, P1", [85]),
+    ("SHFL.IDX", "PT, R93, R7, R9, 0x1f", [93]),  # a predicate destination first
+    ("IADD3", "R1, P0, PT, R2, R3, RZ", [1]),
+    ("ISETP.GE.AND", "P0, PT, R1, 0x1, PT", []),  # predicates only, though a register follows
+    ("LOP3.LUT", "P2, RZ, R96, 0x1, RZ, 0xc0, !PT", []),  # RZ discards
+    ("STS", "[R2], R4", []),
+    ("UMOV", "UR8, UR9", []),  # uniform registers
+    ("HGMMA.64x64x8.F32.TF32", "R24, R76, gdesc[UR8], R24", []),
+    ("BRA", "`(.L_x_5)", []),
+])
+def test_written_registers(opcode, operands, written):
+    assert list(written_registers(opcode, operands)) == written
+
+
+def test_parse_keeps_guards_and_operands():
+    df = parse_sass(LISTING)
+    row = df[df["addr"] == 0x00F0].iloc[0]  # "@!P0 BRA `(.L_x_0)"
+    assert row["guarded"] and row["operands"].startswith("`(.L_x_")
+    assert not df["guarded"].iloc[0]
+
+
+def test_register_hazards_of_the_walk_that_wrote_its_wgmma_operands_early():
+    """The pipelined state_terms as compiled before ba1809a formed step j + 1's A operands (ks's
+    TF32 parts, in registers) while step j's register-A wgmma ran: on an H100 DV and DMIMO_V came
+    out wrong. Every such write lies in the loop, on the path from the wgmma around the back edge
+    to the next wait; the default walk (waits at once) has none."""
+    text = _listing("bwd_bwd_state_terms_gluon_kernel-stage32-pipeline-sm90.sass.gz")
+    hazards = mma_register_hazards(text)
+    assert len(hazards) > 0
+    df = parse_sass(text)
+    mma = df[df["addr"].isin(hazards["mma_addr"])]
+    assert set(mma["opcode"]) == {"HGMMA.64x64x8.F32.TF32"}  # ks dstates: A from registers
+    start, end = (int(x, 16) for x in mma_waits(text)["loop"].iloc[0].split("-"))
+    assert hazards["addr"].between(start, end).all() and (hazards["addr"] < hazards["mma_addr"]).all()
+    for a_regs, reg in zip(hazards["a_regs"], hazards["register"]):
+        lo, hi = (int(r[1:]) for r in a_regs.split("-"))
+        assert lo <= int(reg[1:]) <= hi and hi - lo == 3
+    assert mma_register_hazards(_listing("bwd_bwd_state_terms_gluon_kernel-stage32-sm90.sass.gz")).empty
+    assert mma_register_hazards(LISTING).empty  # no wgmma

@@ -4,6 +4,11 @@ memory and registers per program, and that without it the kernel is what it was 
 test_transpose_layouts' cover that path); on a Hopper GPU only, against the golden through every
 path of the kernel (rotation and finishing dK, chunk pairs, the plain fp32 k rows, one, two and
 more steps)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -39,6 +44,21 @@ def test_pipelined_walk_fits_beside_its_occupancy(compile_stage, shape, per_sm):
     # issues step j + 1's at step j, one block ahead
     assert after["ring"] == {"barriers": 3, "filled": 3, "in_loop": 1}
     assert before["ring"] == {"barriers": 2, "filled": 1, "in_loop": 1}
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 4, 16), (64, 128, 4, 16)])
+def test_pipelined_walk_writes_no_wgmma_operand_before_its_wait(shape):
+    """The walk stages step j + 1 while step j's wgmma run, but forms their register A operands
+    only after the wait (terms_gluon._step_a): compiled for sm_90 and disassembled, no write to a
+    register-A wgmma's operand lies before its wait (mamba3_perf.analysis.sass.mma_register_hazards,
+    which finds them in the walk as it was: tests/analysis/test_sass.py)."""
+    root = Path(__file__).parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, str(root / "benchmarks" / "ptxas_stage.py"), "stage32_banks",
+                          *map(str, shape), "--kernel", "state_terms", "--sass", "--knob", PIPE[0]],
+                         capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "wgmma register operands: none written before their wait" in res.stdout, res.stdout[-3000:]
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
