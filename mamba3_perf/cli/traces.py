@@ -74,15 +74,38 @@ def import_trace(
 @app.command("sass")
 def sass_page(
     path: Path = typer.Argument(..., help="an ncu source page as CSV (ncu --import R --page source --csv "
-                                          "--print-source sass; benchmarks/ncu_source.py writes one)"),
+                                          "--print-source sass; benchmarks/ncu_source.py writes one), or a "
+                                          "kernel's nvdisasm -c listing (.gz too)"),
     rows: int = typer.Option(15, "--rows", min=1, help="opcodes and hottest instructions to show"),
 ):
-    """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode."""
+    """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode;
+    or, from a static nvdisasm listing, its instruction mix, wgmma waits and any write of a wgmma's
+    register operand before its wait."""
     from mamba3_perf.analysis.sass import read_source_page
     from mamba3_perf.errors import ParseError
-    from mamba3_perf.reports.console import source_page_tables
+    from mamba3_perf.reports.console import source_page_tables, static_listing_tables
 
     if not path.is_file():
         raise ParseError(f"{path}: no such file")
-    Console().print(source_page_tables(read_source_page(path), rows=rows, title=path.name),
-                    soft_wrap=True, markup=False, highlight=False)
+    listing = _static_listing(path)
+    if listing is not None:
+        text = static_listing_tables(listing, title=path.name)
+    else:
+        text = source_page_tables(read_source_page(path), rows=rows, title=path.name)
+    Console().print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+def _static_listing(path: Path) -> str | None:
+    """The text of ``path`` where it is an nvdisasm -c listing (instructions as ``/*0040*/ OP
+    ...;``), else None (an ncu source page, read as one)."""
+    import gzip
+    import re
+
+    from mamba3_perf.errors import ParseError
+
+    try:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise ParseError(f"{path}: cannot be read as text ({e})") from e
+    return text if re.search(r"^\s*/\*[0-9a-f]{4}\*/\s+\S", text, re.M) else None

@@ -235,3 +235,31 @@ def source_page_tables(page: pd.DataFrame, *, rows: int, title: str, width: int 
         render(_table(f"{title}: instructions with the most stall samples", ["addr", "opcode", "stall samples",
                                                                               "executed"], top), width=width),
     ))
+
+
+def static_listing_tables(text: str, *, title: str, width: int = 160) -> str:
+    """A kernel's ``nvdisasm -c`` listing as tables, without a GPU: its instruction mix whole and
+    per loop body (:func:`~mamba3_perf.analysis.sass.instruction_mix`), each wgmma wait with the
+    work the warp runs under its wgmma (:func:`~mamba3_perf.analysis.sass.mma_waits`), and every
+    write of a register-A wgmma's operand before its wait
+    (:func:`~mamba3_perf.analysis.sass.mma_register_hazards`; "none" where there are wgmma and no
+    such write)."""
+    from mamba3_perf.analysis.sass import KIND_ORDER, instruction_mix, mma_register_hazards, mma_waits
+
+    mix = instruction_mix(text)
+    out = [render(_table(f"{title}: instructions by kind", ["region", "SASS", *KIND_ORDER],
+                         [[r["region"], str(r["instructions"]), *(str(r[k]) for k in KIND_ORDER)]
+                          for r in mix.to_dict("records")]), width=width)]
+    waits = mma_waits(text)
+    if len(waits):
+        out.append(render(_table(f"{title}: wgmma waits", ["addr", "loop", "wgmma issued", "instructions under them"],
+                                 [[f"{r['addr']:#06x}", r["loop"], str(r["issued"]), str(r["overlap"])]
+                                  for r in waits.to_dict("records")]), width=width))
+        hazards = mma_register_hazards(text)
+        out.append(render(_table(f"{title}: wgmma register operands written before their wait (undefined)",
+                                 ["wgmma", "A registers", "addr", "opcode", "register"],
+                                 [[f"{r['mma_addr']:#06x}", r["a_regs"], f"{r['addr']:#06x}", r["opcode"], r["register"]]
+                                  for r in hazards.to_dict("records")]), width=width)
+                   if len(hazards) else f"{title}: wgmma register operands: none written before their wait\n")
+    return "".join(out)
+
