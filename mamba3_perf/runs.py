@@ -9,8 +9,9 @@ Layout of one run::
 ``run.json`` holds ``format`` (:data:`FORMAT`), ``created`` (UTC ISO-8601), ``command``
 (the command line), ``timing_kind`` ("device" or "interpreter"), ``tables`` (the table
 names the run holds) and, by convention, ``cases`` (list of Case dicts), ``stages``,
-``backend``, ``device``, ``clocks``, ``driver``, ``versions``, ``git_commit``. Other keys are
-free-form and kept as given.
+``backend``, ``device``, ``clocks``, ``driver``, ``versions``, ``git_commit``, ``git_tree``
+(:func:`worktree_tree`: the tree the run's code was, which names its commit where ``git_commit``
+is a stale HEAD). Other keys are free-form and kept as given.
 
 Writing is atomic: :func:`create_run` writes into a hidden temporary sibling directory
 (``.<name>.tmp-<random>``) and renames it to ``<name>`` only when the ``with`` block exits
@@ -246,9 +247,9 @@ def list_runs(root: str | os.PathLike) -> list[Run]:
 # ---------------------------------------------------------------------------- environment
 
 
-def _run_cmd(args: list[str], cwd: str | None = None) -> str | None:
+def _run_cmd(args: list[str], cwd: str | None = None, env: dict | None = None) -> str | None:
     try:
-        res = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10)
+        res = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     return res.stdout.strip() if res.returncode == 0 else None
@@ -275,6 +276,21 @@ def _nvidia_smi() -> dict:
     return {"clocks": {"sm_mhz": sm, "mem_mhz": mem, "max_sm_mhz": max_sm}, "driver": driver}
 
 
+def worktree_tree(cwd: str | None = None) -> str | None:
+    """The git tree hash of the working tree's tracked files as they are, edits included (``git
+    write-tree`` of a scratch index built from HEAD and ``git add -u``; the repository's own index
+    is not touched). A commit whose tree (``git log --format='%h %T'``) is this hash holds exactly
+    the code that ran, where HEAD may be stale: a copy of the working tree carries the .git of an
+    older commit (the device machine's does). None outside a git work tree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(tmp, "index"))
+        if _run_cmd(["git", "read-tree", "HEAD"], cwd=cwd, env=env) is None:
+            return None
+        if _run_cmd(["git", "add", "-u"], cwd=cwd, env=env) is None:
+            return None
+        return _run_cmd(["git", "write-tree"], cwd=cwd, env=env)
+
+
 def collect_environment() -> dict:
     """Versions, host, git commit and (on CUDA) device, driver and clocks; never raises."""
     env: dict = {
@@ -295,6 +311,8 @@ def collect_environment() -> dict:
     }
     if env["git_commit"]:
         env["git_dirty"] = bool(_run_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
+        # the code that ran, whatever HEAD says: find its commit by this tree hash
+        env["git_tree"] = worktree_tree(os.getcwd())
     try:
         import torch
 

@@ -1,5 +1,6 @@
 """The run store: atomic create, read back, refusal of incomplete runs, environment."""
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -99,3 +100,32 @@ def test_collect_environment_never_fails():
     assert env["versions"]["python"]
     assert env["backend"] in ("cpu", "cuda")
     json.dumps(env, default=str)
+
+
+def test_worktree_tree_names_the_code_that_ran_where_head_is_stale(tmp_path):
+    """A copy of a working tree with an older commit's .git (the device machine's): HEAD names the
+    old commit, the tree hash the new one's code; the repository's own index is left alone."""
+    import subprocess
+
+    from mamba3_perf.runs import worktree_tree
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True,
+                              env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                                   "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"]}).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "k.py").write_text("A = 1\n")
+    git("add", "k.py")
+    git("commit", "-qm", "old")
+    old = git("rev-parse", "HEAD^{tree}")
+    assert worktree_tree(str(tmp_path)) == old
+    (tmp_path / "k.py").write_text("A = 2\n")  # the newer code, uncommitted in this copy
+    (tmp_path / "notes.txt").write_text("untracked: not part of the code\n")
+    ran = worktree_tree(str(tmp_path))
+    assert ran != old
+    assert git("diff", "--cached", "--name-only") == ""  # the real index untouched
+    git("commit", "-qam", "new")  # the commit that holds that code has that tree
+    assert git("rev-parse", "HEAD^{tree}") == ran
+    assert worktree_tree(str(tmp_path / "nowhere")) is None
+    assert worktree_tree("/") is None
