@@ -121,11 +121,16 @@ def test_worktree_tree_names_the_code_that_ran_where_head_is_stale(tmp_path):
     old = git("rev-parse", "HEAD^{tree}")
     assert worktree_tree(str(tmp_path)) == old
     (tmp_path / "k.py").write_text("A = 2\n")  # the newer code, uncommitted in this copy
-    (tmp_path / "notes.txt").write_text("untracked: not part of the code\n")
+    (tmp_path / "new.py").write_text("B = 1\n")  # a file the stale HEAD does not know
+    (tmp_path / ".gitignore").write_text("/.scratch/\n")
+    (tmp_path / ".scratch").mkdir()
+    (tmp_path / ".scratch" / "run.sh").write_text("echo scratch, ignored\n")
     ran = worktree_tree(str(tmp_path))
     assert ran != old
     assert git("diff", "--cached", "--name-only") == ""  # the real index untouched
-    git("commit", "-qam", "new")  # the commit that holds that code has that tree
+    git("add", "-A")
+    git("commit", "-qm", "new")  # the commit that holds that code has that tree
     assert git("rev-parse", "HEAD^{tree}") == ran
+    assert "run.sh" not in git("ls-tree", "-r", "--name-only", "HEAD")
     assert worktree_tree(str(tmp_path / "nowhere")) is None
     assert worktree_tree("/") is None
