@@ -278,17 +278,24 @@ def _nvidia_smi() -> dict:
 
 def worktree_tree(cwd: str | None = None) -> str | None:
     """The git tree hash of the working tree as it is: every file git does not ignore, edits, new
-    and removed files included (``git write-tree`` of a scratch index built from HEAD and ``git
-    add -A``; the repository's own index is not touched). A commit whose tree (``git log
-    --format='%h %T'``) is this hash holds exactly the code that ran, where HEAD may be stale: a
-    copy of the working tree carries the .git of an older commit (the device machine's does, and
-    it copies the files git does not ignore). Scratch files kept beside the code make the hash
-    match no commit: keep them under an ignored path (``/.scratch/``). None outside a git work
-    tree."""
+    and removed files included (``git write-tree`` after ``git add -A`` into a scratch copy of the
+    index, or one read from HEAD; the repository's own index is not touched). A commit whose tree
+    (``git log --format='%h %T'``) is this hash holds exactly the code that ran, where HEAD may be
+    stale: a copy of the working tree carries the .git of an older commit (the device machine's
+    does, and it copies the files git does not ignore). Scratch files kept beside the code make
+    the hash match no commit: keep them under an ignored path (``/.scratch/``). None outside a
+    git work tree."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(tmp, "index"))
-        if _run_cmd(["git", "read-tree", "HEAD"], cwd=cwd, env=env) is None:
+        scratch = os.path.join(tmp, "index")
+        env = dict(os.environ, GIT_INDEX_FILE=scratch)
+        index = _run_cmd(["git", "rev-parse", "--path-format=absolute", "--git-path", "index"], cwd=cwd)
+        if index is None:
             return None
+        try:  # a copy of the real index: its stat cache spares hashing the files that did not change
+            shutil.copyfile(index, scratch)
+        except OSError:
+            if _run_cmd(["git", "read-tree", "HEAD"], cwd=cwd, env=env) is None:
+                return None
         if _run_cmd(["git", "add", "-A"], cwd=cwd, env=env) is None:
             return None
         return _run_cmd(["git", "write-tree"], cwd=cwd, env=env)
