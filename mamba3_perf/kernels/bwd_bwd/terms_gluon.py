@@ -250,7 +250,8 @@ def bwd_bwd_state_terms_gluon_kernel(
 
     PIPE (:data:`PIPELINE`): the walk software-pipelined, each step's wgmma in flight while the
     next step's operands are staged (a second set of the split dstates buffers, a three-slot TMA
-    ring); without it each step stages, issues and waits in turn."""
+    ring; the register A operands formed only after the wait); without it each step stages, issues
+    and waits in turn, on a ring of RING slots (:data:`TERMS_RING`)."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
@@ -506,8 +507,9 @@ TRANSPOSE_LAYOUTS: bool = False
 NARROW_BOXES: bool = False
 
 # knob: the N walk software-pipelined (the kernel's PIPE): step j + 1's operands (its dstates
-# blocks split and copied, its k rows rotated, ks and its TF32 parts) staged while step j's wgmma
-# run, instead of each step staging, issuing and waiting in turn; at a three-slot TMA ring (step
+# blocks split and copied, its k rows rotated, ks) staged while step j's wgmma run (ks's TF32
+# parts, the wgmma's register operands, after their wait: _step_a), instead of each step staging,
+# issuing and waiting in turn; at a three-slot TMA ring (step
 # j + 3's copies issued once step j is done with its slot) and a second set of the split dstates
 # operands: more shared memory and registers per program (ptxas_stage.py STAGE N P R C --kernel
 # state_terms --knob terms_gluon.PIPELINE=1). Golden on an H100; state_terms 1.5-2.6 % faster
