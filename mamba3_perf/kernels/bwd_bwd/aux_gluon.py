@@ -157,7 +157,10 @@ def bwd_bwd_aux_gluon_kernel(
     lanes run down the tile's rows (TT, TW), so that each of those transposed stores writes whole
     128-byte lines and each load from the row-major source whole 16-byte vectors: ideal shared
     wavefronts (mamba3_perf.analysis.banks), where the ROW layout's transposes took 2x (the walk)
-    to 4x (the [M, P] parts)."""
+    to 4x (the [M, P] parts).
+
+    SL1 (:data:`AUX_RING1`): the slots of the first walk's TMA ring, its blocks issued SL1 - 1
+    steps ahead."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
