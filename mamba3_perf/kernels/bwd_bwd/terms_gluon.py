@@ -28,33 +28,38 @@ from mamba3_perf.kernels.bwd_bwd.gluon_common import (
 
 
 @gluon.jit
-def _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N: gl.constexpr, CP: gl.constexpr):
+def _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N: gl.constexpr, CP: gl.constexpr,
+                  STG: gl.constexpr):
     """The dstates and states blocks of the program's CP chunks (rows N apart) into ring slot
-    ``slot`` (buffers [2 * CP, BNB, P]: slot s, chunk k at s * CP + k)."""
+    ``slot`` (buffers [2 * CP, BNB, P]: slot s, chunk k at s * CP + k); with STG the dstates only
+    (the walk loads the states from global memory)."""
     for k in gl.static_range(CP):
         tma_load(dst_desc, [row_s + k * N + col, 0], bar, ds_buf.index(slot * CP + k))
-        tma_load(st_desc, [row_s + k * N + col, 0], bar, st_buf.index(slot * CP + k))
+        if not STG:
+            tma_load(st_desc, [row_s + k * N + col, 0], bar, st_buf.index(slot * CP + k))
 
 
 @gluon.jit
 def _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_s, dks_s, slot, row_s, row_k, col,
-                 N: gl.constexpr, CP: gl.constexpr):
-    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + st_desc.block_type.nbytes)
+                 N: gl.constexpr, CP: gl.constexpr, STG: gl.constexpr):
+    ST_BYTES: gl.constexpr = 0 if STG else st_desc.block_type.nbytes
+    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + ST_BYTES)
                             + kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
     mbarrier.expect(bar, nbytes)
-    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP)
+    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP, STG)
     tma_load(kr_desc, [row_k, col], bar, kr_s)
     tma_load(dks_desc, [row_k, col], bar, dks_s)
 
 
 @gluon.jit
 def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_s, krp_s, dks_s, slot, row_s,
-                     row_k, col, row_x, xcol, pcol, N: gl.constexpr, CP: gl.constexpr):
+                     row_k, col, row_x, xcol, pcol, N: gl.constexpr, CP: gl.constexpr, STG: gl.constexpr):
     """_issue_block with the k rows from the 16-bit input: the block and its rotary partners."""
-    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + st_desc.block_type.nbytes)
+    ST_BYTES: gl.constexpr = 0 if STG else st_desc.block_type.nbytes
+    nbytes: gl.constexpr = (CP * (dst_desc.block_type.nbytes + ST_BYTES)
                             + 2 * kr_desc.block_type.nbytes + dks_desc.block_type.nbytes)
     mbarrier.expect(bar, nbytes)
-    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP)
+    _issue_states(dst_desc, st_desc, bar, ds_buf, st_buf, slot, row_s, col, N, CP, STG)
     tma_load(kr_desc, [row_x, xcol], bar, kr_s)
     tma_load(kr_desc, [row_x, pcol], bar, krp_s)
     tma_load(dks_desc, [row_k, col], bar, dks_s)
@@ -83,16 +88,17 @@ def _chunk_rows(x, first: gl.constexpr, i, CR: gl.constexpr):
 
 @gluon.jit
 def _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf, krp_buf, dks_buf, slot, row_s, row_k,
-                n, row_x, col0, hq, N: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr):
+                n, row_x, col0, hq, N: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr, STG: gl.constexpr):
     """The copies of the N walk's block at column n into ring slot ``slot``: _issue_block, or with
-    ROT _issue_block_rot (``krp_buf``, ``row_x``, ``col0``, ``hq`` read only then)."""
+    ROT _issue_block_rot (``krp_buf``, ``row_x``, ``col0``, ``hq`` read only then); with STG no
+    states block."""
     if ROT:
         _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf.index(slot),
                          krp_buf.index(slot), dks_buf.index(slot), slot, row_s, row_k, n, row_x, col0 + n,
-                         rotary_partner_col(hq, n, N), N, CP)
+                         rotary_partner_col(hq, n, N), N, CP, STG)
     else:
         _issue_block(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, kr_buf.index(slot),
-                     dks_buf.index(slot), slot, row_s, row_k, n, N, CP)
+                     dks_buf.index(slot), slot, row_s, row_k, n, N, CP, STG)
 
 
 @gluon.jit
@@ -218,11 +224,11 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
 def bwd_bwd_state_terms_gluon_kernel(
     dst_desc, st_desc, kr_desc, dks_desc,
     V, MV, TS_S, EREV_S, DECAY_S, DPSIV_S, DKR_S, DMVP_S, DV, DFAC, DDA, DDACSREV,
-    KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS,
+    KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS, STATES,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
-    PIPE: gl.constexpr, RING: gl.constexpr, num_warps: gl.constexpr,
+    PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -251,7 +257,12 @@ def bwd_bwd_state_terms_gluon_kernel(
     PIPE (:data:`PIPELINE`): the walk software-pipelined, each step's wgmma in flight while the
     next step's operands are staged (a second set of the split dstates buffers, a three-slot TMA
     ring; the register A operands formed only after the wait); without it each step stages, issues
-    and waits in turn, on a ring of RING slots (:data:`TERMS_RING`)."""
+    and waits in turn, on a ring of RING slots (:data:`TERMS_RING`).
+
+    STG (:data:`STATES_GLOBAL`; CP = 1, without PIPE): each step's 16-bit states block loaded from
+    global memory (``STATES``, the cached states viewed [rows, P]) into registers at the step's
+    start, not copied into the TMA ring: the ring's states slots (4 KB at P = 64) are not
+    allocated."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
@@ -292,7 +303,10 @@ def bwd_bwd_state_terms_gluon_kernel(
     SL: gl.constexpr = 3 if PIPE else RING
     OPS: gl.constexpr = 2 if PIPE else 1
     ds_buf = gl.allocate_shared_memory(gl.float32, [SL * CP, BNB, P], dst_desc.layout)
-    st_buf = gl.allocate_shared_memory(st_desc.dtype, [SL * CP, BNB, P], st_desc.layout)
+    if STG:
+        st_buf = ds_buf  # unread: the states come from global memory
+    else:
+        st_buf = gl.allocate_shared_memory(st_desc.dtype, [SL * CP, BNB, P], st_desc.layout)
     kr_buf = gl.allocate_shared_memory(kr_desc.dtype, [SL, M, BNB], kr_desc.layout)
     if ROT:
         krp_buf = gl.allocate_shared_memory(kr_desc.dtype, [SL, M, BNB], kr_desc.layout)
@@ -322,7 +336,7 @@ def bwd_bwd_state_terms_gluon_kernel(
     for k in gl.static_range(SL if PIPE else SL - 1):
         if k < NSTEPS:
             _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(k), ds_buf, st_buf, kr_buf, krp_buf,
-                        dks_buf, k, row_s, row_k, block_col(k, BNB, N, FIN), row_x, col0, hq, N, CP, ROT)
+                        dks_buf, k, row_s, row_k, block_col(k, BNB, N, FIN), row_x, col0, hq, N, CP, ROT, STG)
 
     acc = gl.zeros([M, P], gl.float32, MP)
     acc_rev = gl.zeros([M, BNB], gl.float32, MK)
@@ -369,7 +383,7 @@ def bwd_bwd_state_terms_gluon_kernel(
             if j + SL < NSTEPS:
                 _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(slot), ds_buf, st_buf, kr_buf,
                             krp_buf, dks_buf, slot, row_s, row_k, block_col(j + SL, BNB, N, FIN), row_x, col0, hq,
-                            N, CP, ROT)
+                            N, CP, ROT, STG)
             dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, ((j + 1) % 2) * CP,
                                      (j + 1) * ZERO, a_hi, a_lo, a2_hi, a2_lo, acc, CP, True, MK)
             kr = kr_n
@@ -380,15 +394,21 @@ def bwd_bwd_state_terms_gluon_kernel(
             block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
             cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP)
     else:
+        if STG:  # the states block's rows and columns in DSL, from the program's first row of states
+            r_g = gl.arange(0, BNB, layout=gl.SliceLayout(1, DSL))
+            p_g = gl.arange(0, P, layout=gl.SliceLayout(0, DSL))
+            st_ptr = STATES + (row_s.to(gl.int64) + r_g[:, None]) * P + p_g[None, :]
         for j in range(NSTEPS):
             n0 = block_col(j, BNB, N, FIN)
             slot = j % SL
+            if STG:  # loaded first, used once the step's products are issued
+                st = gl.load(st_ptr + n0 * P)
             if j + SL - 1 < NSTEPS:
                 cta_barrier()  # every warp is done reading the slot the next copy fills (step j - 1's)
                 nslot = (j + SL - 1) % SL
                 _issue_step(dst_desc, st_desc, kr_desc, dks_desc, bars.index(nslot), ds_buf, st_buf, kr_buf,
                             krp_buf, dks_buf, nslot, row_s, row_k, block_col(j + SL - 1, BNB, N, FIN), row_x, col0,
-                            hq, N, CP, ROT)
+                            hq, N, CP, ROT, STG)
             mbarrier.wait(bars.index(slot), (j // SL) % 2)
             # both chunks' DDA terms formed here where CP = 2 (their dstates not held across the
             # products); one chunk's once its products are issued
@@ -406,7 +426,10 @@ def bwd_bwd_state_terms_gluon_kernel(
                 dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, 0, a_hi, a_lo,
                                          a2_hi, a2_lo, acc, CP, False, MK)
             if CP == 1:
-                acc_dda += st_buf.index(slot).load(DSL).to(gl.float32) * ds
+                if STG:
+                    acc_dda += st.to(gl.float32) * ds
+                else:
+                    acc_dda += st_buf.index(slot).load(DSL).to(gl.float32) * ds
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
@@ -526,6 +549,16 @@ PIPELINE: bool = False
 # takes it
 TERMS_RING: int = 2
 
+# knob: each step's states block loaded from global memory into registers instead of through the
+# TMA ring (the kernel's STG; one chunk a program, without PIPELINE): at P = 64 the ring's states
+# slots (4 KB) were what kept shared memory over the 75 KB a third program per SM needs (77.8 KB).
+# With MAXNREG = 168 (183 registers otherwise) three programs of one warpgroup fit an SM where two
+# do: 12 warps to hide this latency-bound walk's waits instead of 8 (ptxas_stage.py stage32_banks
+# 128 64 4 16 --kernel state_terms --knob terms_gluon.STATES_GLOBAL=1 --maxnreg 168)
+STATES_GLOBAL: bool = False
+# knob: registers per thread for this kernel (its launch's maxnreg), None: ptxas's choice
+MAXNREG: int | None = None
+
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
@@ -541,7 +574,7 @@ def supports_rotation(meta) -> bool:
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
                        dangles_started: bool = False, chunk_pairs: bool | None = None,
                        transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
-                       pipeline: bool | None = None, **_ignored) -> None:
+                       pipeline: bool | None = None, states_global: bool | None = None, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
@@ -551,9 +584,17 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     ``chunk_pairs``: :func:`chunks_per_program`'s (stage31); ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the fp32
     k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default); ``pipeline``: the
-    kernel's PIPE (:data:`PIPELINE`, the default)."""
+    kernel's PIPE (:data:`PIPELINE`, the default); ``states_global``: its STG, one chunk a
+    program without PIPE only (default: :data:`STATES_GLOBAL` where that holds). :data:`MAXNREG`
+    caps its registers per thread."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
+    pipe = bool(PIPELINE if pipeline is None else pipeline)
+    if states_global and (cp != 1 or pipe):
+        raise ValueError(f"states_global: one chunk a program without pipeline only; got {cp} chunk(s) a "
+                         f"program, pipeline={pipe}")
+    # the knob's default applies where the walk has that path (a sweep over every shape runs)
+    stg = bool(STATES_GLOBAL and cp == 1 and not pipe) if states_global is None else states_global
     box = 32 if (NARROW_BOXES if narrow_boxes is None else narrow_boxes) else None  # the k / dK boxes' swizzle
     if (rot_inline or finish_dk) and not supports_rotation(meta):
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
@@ -572,10 +613,11 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb], box),
         x["v"], x["mimo_v"], s["TS"], s["EREV"], s["DECAY"], s["DPSIV"], s["DKR"], s["DMVP"],
         out["DV"], out["DFACTOR"], out["DDA"], out["DDA_CS_REV"],
-        *rot, *fin,
+        *rot, *fin, x["states"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
-        PIPE=bool(PIPELINE if pipeline is None else pipeline), RING=TERMS_RING, num_warps=warps(meta),
+        PIPE=pipe, RING=TERMS_RING, STG=stg, num_warps=warps(meta),
+        **({"maxnreg": MAXNREG} if MAXNREG else {}),
     )
