@@ -74,6 +74,24 @@ def occupancy(registers_per_thread: int, threads_per_block: int, smem_bytes: int
                      100.0 * blocks * warps / device.max_warps_per_sm, waves)
 
 
+def next_block(registers_per_thread: int, threads_per_block: int, smem_bytes: int = 0,
+               device: DeviceSpec = H200) -> tuple[int | None, int | None]:
+    """What a launch must fit in for one more of its blocks per SM than :func:`occupancy` gives:
+    (the most registers per thread, the most shared memory per block in bytes), each by the same
+    allocation rules; (None, None) where the warps or blocks per SM forbid one more whatever the
+    resources. E.g. state_terms at P = 64 (183 registers, 128 threads, 77,840 B: two per SM) needs
+    168 registers and 76,800 B for a third."""
+    occ = occupancy(registers_per_thread, threads_per_block, smem_bytes, None, device)
+    warps = -(-threads_per_block // 32)
+    target = occ.blocks_per_sm + 1
+    if target * warps > device.max_warps_per_sm or target > device.max_blocks_per_sm:
+        return None, None
+    per_warp = device.registers_per_sm // (target * warps) // device.reg_alloc_unit * device.reg_alloc_unit
+    registers = min(per_warp // 32, device.max_registers_per_thread or per_warp // 32)
+    per_block = device.smem_per_sm_bytes // target // device.smem_alloc_unit * device.smem_alloc_unit
+    return registers, max(per_block - device.smem_reserved_per_block, 0)
+
+
 def _threads(block) -> int | None:
     """Threads of an 'x,y,z' block string (the schema's ``block``); None when unknown."""
     if block is None or pd.isna(block):
@@ -95,15 +113,16 @@ def _one_source(g: pd.DataFrame) -> pd.DataFrame:
 
 
 OCCUPANCY_COLUMNS = ("total_us", "launches", "registers_per_thread", "smem_bytes", "threads", "blocks_per_sm",
-                     "limiter", "theoretical_pct", "warps_active_pct", "waves")
+                     "limiter", "theoretical_pct", "warps_active_pct", "waves", "next_registers", "next_smem_bytes")
 
 
 def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFrame:
     """Per kernel (and variant, stage tag) of a KERNEL_EVENTS frame with registers and block
     size (Nsight Compute, Kineto on CUDA): device time summed over its ``launches``, registers,
     shared memory, threads, the blocks per SM and limiter of :func:`occupancy`, the theoretical
-    warps resident (% of the SM's), the measured ``warps_active_pct`` where ncu gave it, and
-    ``waves``. A kernel launched with several configurations takes its longest launch's; one
+    warps resident (% of the SM's), the measured ``warps_active_pct`` where ncu gave it,
+    ``waves``, and what one more block per SM would need (:func:`next_block`: ``next_registers``,
+    ``next_smem_bytes``; NaN where the warps or blocks per SM forbid it). A kernel launched with several configurations takes its longest launch's; one
     traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's rows. Longest
     kernels first; empty for a frame without those columns or a device without SM figures (an
     Ascend NPU)."""
@@ -129,13 +148,16 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
         grid = None if grid is None or pd.isna(grid) else int(grid)
         occ = occupancy(int(top["registers_per_thread"]), threads, smem, grid, device)
         measured = top.get("warps_active_pct")
+        next_regs, next_smem = next_block(int(top["registers_per_thread"]), threads, smem, device)
         rows.append({**dict(zip(keys, key)), "total_us": float(g["dur_us"].sum()),
                      "launches": float(len(g)),
                      "registers_per_thread": float(top["registers_per_thread"]), "smem_bytes": float(smem),
                      "threads": float(threads), "blocks_per_sm": float(occ.blocks_per_sm),
                      "limiter": occ.limiter, "theoretical_pct": occ.theoretical_pct,
                      "warps_active_pct": math.nan if measured is None or pd.isna(measured) else float(measured),
-                     "waves": occ.waves})
+                     "waves": occ.waves,
+                     "next_registers": math.nan if next_regs is None else float(next_regs),
+                     "next_smem_bytes": math.nan if next_smem is None else float(next_smem)})
     if not rows:
         return empty
     out = pd.DataFrame(rows).sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)

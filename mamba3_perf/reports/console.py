@@ -176,7 +176,8 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
     """A :func:`mamba3_perf.analysis.occupancy.kernel_occupancy` frame as a table: per kernel its
     device time (all launches) and launches, registers per thread, shared memory per block,
     threads per block, the blocks one SM holds and the resource that limits them, the warps
-    resident in theory and (ncu) as measured, and the waves of its grid ('' for an empty frame)."""
+    resident in theory and (ncu) as measured, the waves of its grid, and the registers per thread
+    and shared memory per block one more block per SM would need ('' for an empty frame)."""
     if occ.empty:
         return ""
     keys = [c for c in ("variant", "stage_tag", "kernel_name") if c in occ.columns]
@@ -190,13 +191,22 @@ def occupancy_table(occ: pd.DataFrame, *, device: DeviceSpec, title: str = "Occu
                _num(r["smem_bytes"] / 1024, "{:.1f}"), _num(r["threads"], "{:.0f}"),
                _num(r["blocks_per_sm"], "{:.0f}"), _text(r["limiter"]),
                _num(r["theoretical_pct"], "{:.1f}", "%"), _num(r["warps_active_pct"], "{:.1f}", "%"),
-               _num(r["waves"], "{:.2f}")]
+               _num(r["waves"], "{:.2f}"), next_block_cell(r)]
             for r in occ.to_dict("records")]
     head = f"{title} ({device.name}: {device.max_warps_per_sm} warps, {device.registers_per_sm // 1024}K registers, " \
            f"{device.smem_per_sm_bytes // 1024} KiB shared memory per SM)"
     cols = keys + ["total_us", "launches", "regs", "smem KiB", "threads", "blocks/SM", "limiter", "warps (theory)",
-                   "warps (measured)", "waves"]
+                   "warps (measured)", "waves", "+1 block: regs / KiB"]
     return render(_table(head, cols, rows), width=width)
+
+
+def next_block_cell(r: dict) -> str:
+    """A kernel_occupancy row's ``next_registers`` / ``next_smem_bytes`` as "168 / 75.0"
+    (registers per thread / KiB), "-" where one more block per SM cannot be had."""
+    regs, smem = r.get("next_registers"), r.get("next_smem_bytes")
+    if regs is None or smem is None or pd.isna(regs) or pd.isna(smem):
+        return "-"
+    return f"{regs:.0f} / {smem / 1024:.1f}"
 
 
 def compare_table(cmp: pd.DataFrame, *, title: str = "Run comparison (b vs a)",

@@ -124,7 +124,7 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
     the trace gives no registers: Ascend, the interpreter)."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
     from mamba3_perf.analysis.occupancy import kernel_occupancy
-    from mamba3_perf.reports.console import short_kernel_name
+    from mamba3_perf.reports.console import next_block_cell, short_kernel_name
 
     if kernels is None or kernels.empty:
         return ""
@@ -145,6 +145,7 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
         rows.append([short_kernel_name(k), fmt_us(r["total_us"] / r["launches"]), f"{r['launches']:.0f}",
                      f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
+                     next_block_cell(r),
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
                      *(_pct_cell(means.at[k, c] if c in pipes and k in means.index else None)
                        for c in ("tensor_pipe_pct", "dram_throughput_pct")),
@@ -152,11 +153,12 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
     return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of the ncu "
             "replay where one ran, else of the trace) and the launches traced; registers per "
             "thread; shared memory per block (KiB); blocks per SM and the resource that limits "
-            "them (analysis.occupancy); warps resident, in theory and as measured; tensor pipe and "
+            "them (analysis.occupancy); the registers per thread / shared memory (KiB) one more "
+            "block per SM would need; warps resident, in theory and as measured; tensor pipe and "
             "DRAM throughput (% of peak); the leading warp stall and its share of the cycles "
             "between issues; time against the DRAM floor of its bytes (ncu columns are '-' "
             "without an ncu replay).\n\n"
-            + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "warps (theory)",
+            + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "+1 block at", "warps (theory)",
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
 
 

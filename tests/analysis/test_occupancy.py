@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mamba3_perf.analysis.limits import ASCEND_910B, H200
-from mamba3_perf.analysis.occupancy import LIMITERS, kernel_occupancy, occupancy
+from mamba3_perf.analysis.occupancy import LIMITERS, kernel_occupancy, next_block, occupancy
 from mamba3_perf.reports.console import occupancy_table
 from mamba3_perf.traces import load
 
@@ -101,3 +101,29 @@ def test_profile_runs_count_one_profiler_and_npu_runs_have_none():
     assert kernel_occupancy(events, ASCEND_910B).empty
     assert kernel_occupancy(events.drop(columns=["block"]), H200).empty
     assert occupancy_table(kernel_occupancy(events.iloc[:0], H200), device=H200) == ""
+
+
+@pytest.mark.parametrize("launch,needs", [
+    ((183, 128, 77840), (168, 76800)),  # state_terms at P = 64: two per SM, a third at 168 registers and 75 KiB
+    ((141, 128, 47120), (128, 57344)),  # at P = 32: three (registers), a fourth at 128
+    ((251, 128, 139280), (255, 115712)),  # at P = 128: one (shared memory); registers never stop a second
+    ((47, 1024, 0), (32, 115712)),  # one block of 32 warps (registers): a second fits the warps
+    ((32, 1024, 0), (None, None)),  # two blocks of 32 warps fill the SM's 64: no third whatever the resources
+])
+def test_what_one_more_block_per_sm_needs(launch, needs):
+    assert next_block(*launch, device=H200) == needs
+    regs, smem = needs
+    if regs is not None:  # and at those figures the SM holds exactly one more
+        before = occupancy(*launch, device=H200).blocks_per_sm
+        assert occupancy(regs, launch[1], smem, device=H200).blocks_per_sm == before + 1
+        assert occupancy(regs + 8, launch[1], smem, device=H200).blocks_per_sm == before \
+            or occupancy(regs, launch[1], smem + 128, device=H200).blocks_per_sm == before
+
+
+def test_the_table_says_what_one_more_block_needs():
+    events = load(RECORDS / "ncu-stage26-4fc1088" / "N128_P64_R4_C16-raw.csv", case_id="c", variant="v")
+    occ = kernel_occupancy(events, H200)
+    terms = occ[occ.kernel_name == "bwd_bwd_state_terms_gluon_kernel"].iloc[0]
+    assert (terms.blocks_per_sm, terms.next_registers) == (2, 168)
+    text = occupancy_table(occ, device=H200)
+    assert "+1 block:" in text and "168 / 75.0" in text

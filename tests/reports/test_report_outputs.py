@@ -119,7 +119,7 @@ def test_markdown_record_per_kernel_section_from_a_recorded_h200_run(tmp_path):
     md = (tmp_path / "report.md").read_text()
     section = md.split("## Per kernel (`stage16_regcap`, NVIDIA H200)")[1].split("\n## ")[0]
     aux = next(line for line in section.splitlines() if line.startswith("| bwd_bwd_aux_streamed_kernel"))
-    assert "| 255 | 44 | 2 (registers) | 12.5 % | 12.3 % |" in aux and "long_scoreboard" in aux
+    assert "| 255 | 44 | 2 (registers) | 168 / 75.0 | 12.5 % | 12.3 % |" in aux and "long_scoreboard" in aux
     assert "| - | - | - | - | - |" in section  # torch's copy kernel: Kineto only
     assert "&lt;" in section and "&amp;lt;" not in section  # escaped once
     assert rep.occupancy is not None and not rep.occupancy.empty
@@ -147,7 +147,7 @@ def test_markdown_record_of_the_recorded_h100_run(tmp_path):
     md = (tmp_path / "report.md").read_text()
     section = md.split("## Per kernel (`stage29_auxdq`, NVIDIA H100)")[1].split("\n## ")[0]
     aux = next(line for line in section.splitlines() if line.startswith("| bwd_bwd_aux_gluon_kernel"))
-    assert aux.startswith("| bwd_bwd_aux_gluon_kernel | 1635 | 3 | 255 | 100 | 2 (registers) |")
+    assert aux.startswith("| bwd_bwd_aux_gluon_kernel | 1635 | 3 | 255 | 100 | 2 (registers) | 168 / 75.0 |")
     assert "4904 µs over 3 launches" in md and "at NVIDIA H100's 3.4 TB/s" in md
     gap = md.split("## Gap to GPU TileLang")[1]
     assert "No TileLang time" in gap and "| N128_P64_R4_C16 | 2793 | - | - | - |" in gap
