@@ -255,6 +255,23 @@ _OPCODE = re.compile(r"^\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_
 _HEX = re.compile(r"0x([0-9a-f]+)")
 
 
+def read_text(path) -> str:
+    """The text of an ncu source page or an nvdisasm listing file, un-gzipped where its name ends
+    in .gz. Raises ParseError where it cannot be read (missing, cut-off gzip, not text)."""
+    path = Path(path)
+    try:
+        return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ParseError(f"{path.name}: cannot read ({first_line(e)}): it cannot be read as text, gzipped "
+                         f"or plain") from e
+
+
+def is_listing(text: str) -> bool:
+    """Whether ``text`` is an ``nvdisasm -c`` listing: a line :func:`parse_sass` reads as an
+    instruction."""
+    return any(_INSTR.match(line) for line in text.splitlines())
+
+
 def read_source_page(source) -> pd.DataFrame:
     """One row per SASS instruction of an ncu source page (CSV: a path, gzipped where it ends in
     .gz, or its text): ``addr`` (bytes from the kernel's first instruction), ``opcode``, ``kind``,
@@ -265,14 +282,7 @@ def read_source_page(source) -> pd.DataFrame:
 
     Raises ParseError (a ValueError) for text that is not a SASS source page, is cut off (a row
     without the header's fields) or lacks the columns read here."""
-    if isinstance(source, Path) or "\n" not in str(source):
-        path = Path(source)
-        try:
-            text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-        except (OSError, EOFError, UnicodeDecodeError) as e:
-            raise ParseError(f"{path.name}: cannot read ({first_line(e)})") from e
-    else:
-        text = str(source)
+    text = read_text(source) if isinstance(source, Path) or "\n" not in str(source) else str(source)
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines[:5]) if line.startswith('"Address","Source"')), None)
     if start is None:

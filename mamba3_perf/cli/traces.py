@@ -81,31 +81,15 @@ def sass_page(
     """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode;
     or, from a static nvdisasm listing, its instruction mix, wgmma waits and any write of a wgmma's
     register operand before its wait."""
-    from mamba3_perf.analysis.sass import read_source_page
+    from mamba3_perf.analysis.sass import is_listing, read_source_page, read_text
     from mamba3_perf.errors import ParseError
     from mamba3_perf.reports.console import source_page_tables, static_listing_tables
 
     if not path.is_file():
         raise ParseError(f"{path}: no such file")
-    listing = _static_listing(path)
-    if listing is not None:
-        text = static_listing_tables(listing, title=path.name)
-    else:
-        text = source_page_tables(read_source_page(path), rows=rows, title=path.name)
-    Console().print(text, soft_wrap=True, markup=False, highlight=False)
-
-
-def _static_listing(path: Path) -> str | None:
-    """The text of ``path`` where it is an nvdisasm -c listing (instructions as ``/*0040*/ OP
-    ...;``), else None (an ncu source page, read as one)."""
-    import gzip
-    import re
-
-    from mamba3_perf.errors import ParseError
-
-    try:
-        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise ParseError(f"{path}: cannot be read as text ({e})") from e
-    return text if re.search(r"^\s*/\*[0-9a-f]{4}\*/\s+\S", text, re.M) else None
+    text = read_text(path)
+    if is_listing(text):
+        out = static_listing_tables(text, title=path.name)
+    else:  # by its path: read_source_page takes a text without a line break for one
+        out = source_page_tables(read_source_page(path), rows=rows, title=path.name)
+    Console().print(out, soft_wrap=True, markup=False, highlight=False)
