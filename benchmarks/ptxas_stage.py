@@ -7,10 +7,11 @@ ptxas reports per kernel: shared memory, registers per thread, spill bytes, comp
     python benchmarks/ptxas_stage.py stage25_subchunk 64 128 4 16 --knob aux_gluon.WIDE_P=1
     python benchmarks/ptxas_stage.py stage30_stepdesc 128 64 4 16 --kernel aux --banks
 
-``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints its
-static instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix), and
-for each wgmma wait the instructions the warp runs between its wgmma and the wait (mma_waits),
-and any write of a wgmma's register operand before its wait (mma_register_hazards).
+``--sass`` also disassembles each kernel (the ``nvdisasm`` bundled with Triton) and prints what
+``perf sass`` prints of a listing (mamba3_perf.reports.console.static_listing_tables): its static
+instruction mix, whole and per loop body (mamba3_perf.analysis.sass.instruction_mix), for each
+wgmma wait the instructions the warp runs between its wgmma and the wait (mma_waits), and any
+write of a wgmma's register operand before its wait (mma_register_hazards).
 ``--banks`` prints each Gluon kernel's copies between registers and shared memory with their
 shared-memory wavefronts, excess over the ideal and bank conflicts (mamba3_perf.analysis.banks).
 
@@ -31,9 +32,9 @@ os.environ.pop("TRITON_INTERPRET", None)  # real JITFunctions: their launches ar
 import triton  # noqa: E402
 
 from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary  # noqa: E402
-from mamba3_perf.analysis.sass import instruction_mix, mma_register_hazards, mma_waits  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 from mamba3_perf.kernels.knobs import single_knobs  # noqa: E402
+from mamba3_perf.reports.console import static_listing_tables  # noqa: E402
 
 
 def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int | None,
@@ -64,16 +65,8 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
     report = (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "
               + (f"maxnreg={opts['maxnreg']} " if opts.get("maxnreg") else "")
               + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
-    if sass:
-        report += "\n" + instruction_mix(listing).to_string(index=False)
-        waits = mma_waits(listing)
-        if len(waits):  # what the warp runs while its wgmma do
-            report += "\nwgmma waits:\n" + waits.assign(addr=waits["addr"].map(hex)).to_string(index=False)
-            hazards = mma_register_hazards(listing)
-            report += ("\nwgmma register operands written before their wait (undefined: wrong results):\n"
-                       + hazards.assign(mma_addr=hazards["mma_addr"].map(hex), addr=hazards["addr"].map(hex))
-                       .to_string(index=False) if len(hazards)
-                       else "\nwgmma register operands: none written before their wait")
+    if sass:  # the tables `perf sass` prints for a listing
+        report += "\n" + static_listing_tables(listing, title=fn.__name__)
     if banks:
         report += "\n" + banks_table(accesses)
     return report
