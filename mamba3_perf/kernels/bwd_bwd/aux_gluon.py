@@ -571,7 +571,10 @@ NARROW_BOXES: bool = False
 # On an H100 (records/h100-sweep-warpgroups-1273703.json, benchmarks/sweep_knob.py --cases
 # N64_P128_R4_C16 --stage stage32_banks --knob aux_gluon.AUX_WARPGROUPS=1,2): golden, 1.3 % faster
 # (the aux 1270 -> 1236 us); golden also with the transposed layouts on hop-P128 and hop-fp16-noD
-# (tests/kernels/test_transpose_layouts.py). No stage takes it yet
+# (tests/kernels/test_transpose_layouts.py). Swept again on the seven official shapes the aux runs
+# one chunk a program on (records/h100-sweep-warpgroups-all-1c11750.json): faster only there (aux
+# 1270 -> 1224 us, the whole kernel -0.9 %), the aux 29-64 % slower at P <= 64 (one program of two
+# warpgroups per SM, where two of one ran). A stage for one shape's 1 % is not taken
 AUX_WARPGROUPS: int = 1
 
 # knob: slots of the first N walk's TMA ring (its q / k blocks, and with rotation their partners):

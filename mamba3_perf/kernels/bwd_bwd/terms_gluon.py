@@ -554,9 +554,14 @@ TERMS_RING: int = 2
 # slots (4 KB) were what kept shared memory over the 75 KB a third program per SM needs (77.8 KB).
 # With MAXNREG = 168 (183 registers otherwise) three programs of one warpgroup fit an SM where two
 # do: 12 warps to hide this latency-bound walk's waits instead of 8 (ptxas_stage.py stage32_banks
-# 128 64 4 16 --kernel state_terms --knob terms_gluon.STATES_GLOBAL=1 --maxnreg 168)
+# 128 64 4 16 --kernel state_terms --knob terms_gluon.STATES_GLOBAL=1 --maxnreg 168). On an H100
+# (records/h100-sweep-statesglobal-1c11750.json, golden in every combination): state_terms slower
+# with either knob or both on four of five shapes (N128_P64_R4_C16 583 -> 621 us with both, three
+# programs per SM), 1 % faster on N64_P64_R4_C16 only: a third program does not pay for the spills
+# and the states' global loads. No stage takes them
 STATES_GLOBAL: bool = False
-# knob: registers per thread for this kernel (its launch's maxnreg), None: ptxas's choice
+# knob: registers per thread for this kernel (its launch's maxnreg), None: ptxas's choice; 168 at
+# P = 64 (128 at P = 32) measured slower on its own too (N128_P64_R4_C16 583 -> 629 us)
 MAXNREG: int | None = None
 
 
