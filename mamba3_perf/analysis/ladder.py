@@ -200,7 +200,7 @@ class LadderSummary:
     geomean_speedup_vs_stage0 (over the cases stage0 runs), geomean_step_speedup (vs the
     parent, over every case both ran "ok"), geomean_ratio_vs_tilelang (over every case the
     variant ran "ok" and TileLang has a time), n_cases and missing (cases stage0 ran that this
-    variant did not run "ok"). ``stage0_not_runnable`` lists the cases left out of the
+    variant did not run "ok"), n_tilelang_cases (the cases of the TileLang mean). ``stage0_not_runnable`` lists the cases left out of the
     speedup-vs-stage0 means with stage0's reason.
     """
 
@@ -227,15 +227,17 @@ def summarize_ladder(table: pd.DataFrame) -> LadderSummary:
         if parent is not None and parent in by.columns and v in by.columns:
             pv = by[[parent, v]].dropna()  # every case both ran "ok", stage0 or not
             step = _geomean(pv[parent] / pv[v])
+        ratios = table.loc[table["variant"] == v, "ratio_vs_tilelang"]
         rows.append({
             "variant": v,
             "parent": parent,
             "geomean_speedup_vs_stage0": _geomean(sub["speedup_vs_stage0"]),
             "geomean_step_speedup": step,
-            "geomean_ratio_vs_tilelang": _geomean(table.loc[table["variant"] == v, "ratio_vs_tilelang"]),
+            "geomean_ratio_vs_tilelang": _geomean(ratios),
             "n_cases": len(ok_cases),
             "missing": tuple(sorted(runnable - ok_cases)),
+            "n_tilelang_cases": int(ratios.notna().sum()),
         })
     cols = ["variant", "parent", "geomean_speedup_vs_stage0", "geomean_step_speedup",
-            "geomean_ratio_vs_tilelang", "n_cases", "missing"]
+            "geomean_ratio_vs_tilelang", "n_cases", "missing", "n_tilelang_cases"]
     return LadderSummary(per_variant=pd.DataFrame(rows, columns=cols), stage0_not_runnable=not_run)

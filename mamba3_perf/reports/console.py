@@ -81,10 +81,10 @@ def run_summary(table: pd.DataFrame, *, title: str = "Run summary", width: int =
 def ladder_means(summary: LadderSummary, *, width: int = 160) -> str:
     """Geometric means per variant, then the cases stage0 cannot run."""
     cols = ["variant", "vs stage0 (geomean)", "step vs parent", "vs TileLang (geomean)", "cases",
-            "missing"]
+            "TileLang cases", "missing"]
     rows = [[r["variant"], _num(r["geomean_speedup_vs_stage0"], "{:.2f}", "x"),
              _num(r["geomean_step_speedup"], "{:.2f}", "x"),
-             _num(r["geomean_ratio_vs_tilelang"], "{:.3g}", "x"), r["n_cases"],
+             _num(r["geomean_ratio_vs_tilelang"], "{:.3g}", "x"), r["n_cases"], r["n_tilelang_cases"],
              ", ".join(r["missing"])] for r in summary.per_variant.to_dict("records")]
     out = render(_table("Ladder (vs stage0 over the cases stage0 runs; steps and TileLang over all)", cols, rows), width=width)
     if summary.stage0_not_runnable:

@@ -72,9 +72,15 @@ def _baseline_and_goal(summary: LadderSummary, best: str | None) -> str:
     if best is not None and best in pv.index:
         r = pv.loc[best]
         lines += ["", f"Latest step `{_cell(best)}`: {_x(r['geomean_speedup_vs_stage0'])} vs stage0 "
-                  f"and {_x(r['geomean_ratio_vs_tilelang'], '{:.3g}x')} of TileLang's time (geometric means "
-                  f"over {int(r['n_cases'])} cases)."]
+                  f"(geometric mean over {int(r['n_cases'])} of the cases stage0 runs) and "
+                  f"{_x(r['geomean_ratio_vs_tilelang'], '{:.3g}x')} of TileLang's time (over "
+                  f"{_cases(r['n_tilelang_cases'])})."]
     return "\n".join(lines)
+
+
+def _cases(n) -> str:
+    n = int(n)
+    return f"{n} case" if n == 1 else f"{n} cases"
 
 
 def _traffic_floor(bd: pd.DataFrame, device: DeviceSpec) -> str:
@@ -200,13 +206,14 @@ def _pct_cell(v) -> str:
 def _step_gains(summary: LadderSummary) -> str:
     rows = [[r["variant"], r["parent"] or "-", _x(r["geomean_step_speedup"]),
              _x(r["geomean_speedup_vs_stage0"]), _x(r["geomean_ratio_vs_tilelang"], "{:.3g}x"), r["n_cases"],
-             ", ".join(r["missing"]) or "-"]
+             r["n_tilelang_cases"], ", ".join(r["missing"]) or "-"]
             for r in summary.per_variant.to_dict("records")]
     return ("## Per-step gains\n\nGeometric means: vs stage0 over the cases stage0 runs, step gain "
             "over the cases the step and its parent both ran, vs TileLang (time / TileLang time) "
-            "over the cases the step ran; cases = those of stage0's it ran.\n\n"
+            "over the cases the step ran; cases = those of stage0's it ran, TileLang cases = those "
+            "of the TileLang mean.\n\n"
             + _md_table(["step", "parent", "step gain", "vs stage0", "vs TileLang", "cases",
-                         "not ok on"], rows))
+                         "TileLang cases", "not ok on"], rows))
 
 
 def _per_shape(table: pd.DataFrame) -> str:

@@ -135,6 +135,7 @@ def test_step_gain_and_tilelang_ratio_where_stage0_cannot_run():
     assert pv.loc["prod", "geomean_step_speedup"] == pytest.approx(2.0)
     assert pv.loc["prod", "geomean_ratio_vs_tilelang"] == pytest.approx(3.0)
     assert math.isnan(pv.loc["prod", "geomean_speedup_vs_stage0"]) and pv.loc["prod", "n_cases"] == 0
+    assert pv.loc["prod", "n_tilelang_cases"] == 1 and pv.loc["tilelang", "n_tilelang_cases"] == 0
 
 
 def test_device_among_takes_the_first_recognized_name():

@@ -92,3 +92,22 @@ def test_a_recorded_baseline_counts_only_on_its_own_device():
         h200["hbm_roofline_us"].iloc[0] * H200.hbm_bytes_per_s / H100.hbm_bytes_per_s)
     assert "No TileLang time" not in optimization_record(
         {"device": "NVIDIA H200"}, h200, summarize_ladder(h200))
+
+
+def test_the_latest_step_names_the_cases_of_each_mean():
+    """Where stage0 cannot run, the TileLang ratio still has its cases: the sentence says how many
+    each mean is over (it once said "over 0 cases" beside a TileLang ratio of one case)."""
+    from mamba3_perf.analysis.ladder import summarize_ladder
+    from mamba3_perf.reports.markdown import optimization_record
+
+    case = get_case("N128_P64_R4_C16")
+    meta = {"device": "NVIDIA H200", "timing_kind": "device", "cases": [case.to_dict()]}
+    rows = [bench._timing_row("stage0", case.id, "not runnable", "smem", "device", {}),
+            bench._timing_row("prod", case.id, "ok", "", "device",
+                              {"median_us": 300.0, "p10_us": 300.0, "p90_us": 300.0, "n_reps": 3}),
+            bench._timing_row("tilelang", case.id, "ok", "", "device",
+                              {"median_us": 100.0, "p10_us": 100.0, "p90_us": 100.0, "n_reps": 3})]
+    t = ladder_with_limits(pd.DataFrame(rows), meta)[0]
+    md = optimization_record(meta, t, summarize_ladder(t))
+    line = next(x for x in md.splitlines() if x.startswith("Latest step"))
+    assert "over 0 of the cases stage0 runs" in line and "3x of TileLang's time (over 1 case)" in line
