@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from mamba3_perf.analysis.breakdown import WARP_STATE_COLUMNS, dram_floor_us, leading_stall
-from mamba3_perf.analysis.ladder import LADDER, LadderSummary, variant_order
+from mamba3_perf.analysis.ladder import LADDER, TILELANG, LadderSummary, variant_order
 from mamba3_perf.analysis.limits import DeviceSpec, device_for
 from mamba3_perf.reports import fmt_us
 
@@ -124,48 +124,68 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
 
 
 def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSpec) -> str:
-    """Per kernel of the fastest step: device time, registers, shared memory, the blocks one SM
-    holds and the resource that limits them, warps resident in theory and as measured, tensor
-    pipe and DRAM throughput, the leading warp stall and DRAM time against its floor ('' where
-    the trace gives no registers: Ascend, the interpreter)."""
+    """Per kernel of the fastest step, and of the live TileLang row where the run has its kernel:
+    device time, registers, shared memory, the blocks one SM holds and the resource that limits
+    them, warps resident in theory and as measured, tensor pipe and DRAM throughput, the leading
+    warp stall, DRAM time against its floor, the grid's waves over the device's SMs, DRAM bytes
+    and instructions per launch ('' where the trace gives no registers: Ascend, the
+    interpreter)."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
     from mamba3_perf.analysis.occupancy import kernel_occupancy
     from mamba3_perf.reports.console import next_block_cell, short_kernel_name
 
     if kernels is None or kernels.empty:
         return ""
+    shown = [best]
     if best is not None and "variant" in kernels.columns and (kernels["variant"] == best).any():
-        kernels = kernels[kernels["variant"] == best]
+        if best != TILELANG and (kernels["variant"] == TILELANG).any():
+            shown.append(TILELANG)
+        kernels = kernels[kernels["variant"].isin(shown)]
     occ = kernel_occupancy(kernels, device)
     if occ.empty:
         return ""
+    if "variant" in occ.columns:  # the step's kernels first, then TileLang's
+        occ = occ.sort_values("variant", key=lambda v: v.map({b: i for i, b in enumerate(shown)}), kind="stable")
     stalls = kernel_stalls(kernels).drop_duplicates("kernel_name").set_index("kernel_name")
     traffic = kernel_traffic(kernels, device.hbm_bytes_per_s).drop_duplicates("kernel_name").set_index("kernel_name")
-    pipes = [c for c in ("tensor_pipe_pct", "dram_throughput_pct") if c in kernels.columns]
-    means = kernels.groupby("kernel_name")[pipes].mean()  # NaN (no ncu rows) stays NaN
+    measured = [c for c in ("tensor_pipe_pct", "dram_throughput_pct", "dram_bytes", "instructions")
+                if c in kernels.columns]
+    means = kernels.groupby("kernel_name")[measured].mean()  # NaN (no ncu rows) stays NaN
+
+    def mean(k, c):
+        return means.at[k, c] if c in measured and k in means.index else None
+
+    def scaled(v, unit, fmt):
+        return "-" if v is None or pd.isna(v) else fmt.format(v / unit)
+
     rows = []
     for r in occ.to_dict("records"):
         k = r["kernel_name"]
         lead = leading_stall(stalls.loc[k]) if k in stalls.index else None
         floor = traffic["vs_floor"].get(k)
-        rows.append([short_kernel_name(k), fmt_us(r["total_us"] / r["launches"]), f"{r['launches']:.0f}",
+        name = short_kernel_name(k) + (" (TileLang)" if r.get("variant") == TILELANG else "")
+        rows.append([name, fmt_us(r["total_us"] / r["launches"]), f"{r['launches']:.0f}",
                      f"{r['registers_per_thread']:.0f}",
                      f"{r['smem_bytes'] / 1024:.0f}", f"{r['blocks_per_sm']:.0f} ({r['limiter']})",
                      next_block_cell(r),
                      f"{r['theoretical_pct']:.1f} %", _pct_cell(r["warps_active_pct"]),
-                     *(_pct_cell(means.at[k, c] if c in pipes and k in means.index else None)
-                       for c in ("tensor_pipe_pct", "dram_throughput_pct")),
-                     "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor)])
+                     *(_pct_cell(mean(k, c)) for c in ("tensor_pipe_pct", "dram_throughput_pct")),
+                     "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor),
+                     scaled(r["waves"], 1, "{:.2f}"), scaled(mean(k, "dram_bytes"), 1e9, "{:.2f}"),
+                     scaled(mean(k, "instructions"), 1e6, "{:.0f}")])
     return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of the ncu "
             "replay where one ran, else of the trace) and the launches traced; registers per "
             "thread; shared memory per block (KiB); blocks per SM and the resource that limits "
             "them (analysis.occupancy); the registers per thread / shared memory (KiB) one more "
             "block per SM would need; warps resident, in theory and as measured; tensor pipe and "
             "DRAM throughput (% of peak); the leading warp stall and its share of the cycles "
-            "between issues; time against the DRAM floor of its bytes (ncu columns are '-' "
-            "without an ncu replay).\n\n"
+            "between issues; time against the DRAM floor of its bytes; the grid's waves (blocks / "
+            "(SMs x blocks per SM): under 1, SMs left idle); DRAM GB and warp instructions "
+            "(millions) per launch (ncu columns are '-' without an ncu replay). The live TileLang "
+            "kernel, where the run has it, follows the step's.\n\n"
             + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "+1 block at", "warps (theory)",
-                         "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor"], rows))
+                         "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor", "waves",
+                         "DRAM GB", "instr. M"], rows))
 
 
 SOURCE_REGION_MIN_PCT = 1.0  # loop bodies under this share of the stall samples are left out

@@ -153,6 +153,29 @@ def test_markdown_record_of_the_recorded_h100_run(tmp_path):
     assert "No TileLang time" in gap and "| N128_P64_R4_C16 | 2793 | - | - | - |" in gap
 
 
+def test_markdown_record_sets_tilelangs_kernel_beside_the_steps(tmp_path):
+    """`perf report` on the H100 --hw-metrics run of stage32 with the live TileLang row: the
+    per-kernel section lists TileLang's one kernel after the step's, with the waves its grid
+    makes over the H100's 132 SMs (64 programs, one per SM: 0.48) and the DRAM bytes and
+    instructions ncu counted per launch."""
+    import shutil
+
+    from mamba3_perf import runs
+    from mamba3_perf.reports.record import write_run_report
+
+    src = Path(__file__).resolve().parents[2] / "records" / "profile-N128_P64_R4_C16-stage32-e8437fb"
+    shutil.copytree(src, tmp_path / "run")
+    write_run_report(runs.read_run(tmp_path / "run"), tmp_path / "report.md")
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## Per kernel (`stage32_banks`, NVIDIA H100)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows[-1].startswith("| mamba_mimo_bwd_bwd_kernel_kernel (TileLang) |")
+    assert rows[-1].endswith("| 0.48 | 0.51 | 349 |") and "| 1 (registers) |" in rows[-1]
+    aux = next(line for line in rows if line.startswith("| bwd_bwd_aux_gluon_kernel |"))
+    assert aux.endswith("| 31.03 | 1.86 | 248 |")
+    assert len(rows) == 7  # six stage32 kernels, then TileLang's
+
+
 def test_markdown_record_with_a_source_page(tmp_path):
     """A run with an ncu source page in traces/ (`perf profile --source-page`): the record sums it
     per loop body and opcode; a page that does not read is a note, not a failure."""
