@@ -200,8 +200,9 @@ class LadderSummary:
     geomean_speedup_vs_stage0 (over the cases stage0 runs), geomean_step_speedup (vs the
     parent, over every case both ran "ok"), geomean_ratio_vs_tilelang (over every case the
     variant ran "ok" and TileLang has a time), n_cases and missing (cases stage0 ran that this
-    variant did not run "ok"), n_tilelang_cases (the cases of the TileLang mean). ``stage0_not_runnable`` lists the cases left out of the
-    speedup-vs-stage0 means with stage0's reason.
+    variant did not run "ok"), n_tilelang_cases (the cases of the TileLang mean).
+    ``stage0_not_runnable`` lists the cases left out of the speedup-vs-stage0 means with
+    stage0's reason.
     """
 
     per_variant: pd.DataFrame
