@@ -185,7 +185,30 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
             "kernel, where the run has it, follows the step's.\n\n"
             + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "+1 block at", "warps (theory)",
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor", "waves",
-                         "DRAM GB", "instr. M"], rows))
+                         "DRAM GB", "instr. M"], rows)
+            + _per_call(occ, means, device))
+
+
+def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec) -> str:
+    """A sentence per variant of the per-kernel table: its kernels' device time, DRAM bytes and
+    instructions per call (a call launches each kernel at least once: the fewest launches of
+    any of its kernels are the calls), and, where no kernel's grid fills one wave, how many of
+    the device's SMs its widest grid keeps busy ('' without a variant column)."""
+    if "variant" not in occ.columns or occ.empty:
+        return ""
+    parts = []
+    for variant, g in occ.groupby("variant", sort=False):
+        calls = g["launches"].min()
+        per_launch = means.reindex(g["kernel_name"])
+        text = f"`{_cell(variant)}` {fmt_us(g['total_us'].sum() / calls)} µs"
+        for col, unit, fmt in (("dram_bytes", 1e9, "{:.2f} GB"), ("instructions", 1e6, "{:.0f} M instructions")):
+            if col in per_launch.columns and per_launch[col].notna().all():
+                text += ", " + fmt.format((per_launch[col].to_numpy() * g["launches"].to_numpy()).sum() / calls / unit)
+        if g["waves"].notna().all() and g["waves"].max() < 1:
+            busy = min(device.sm_count, math.ceil(g["waves"].max() * device.sm_count - 1e-9))
+            text += f", its grid on {busy} of the {device.sm_count} SMs ({g['waves'].max():.2f} waves)"
+        parts.append(text)
+    return "\n\nPer call, summed over the kernels above: " + "; ".join(parts) + "."
 
 
 SOURCE_REGION_MIN_PCT = 1.0  # loop bodies under this share of the stall samples are left out

@@ -174,6 +174,9 @@ def test_markdown_record_sets_tilelangs_kernel_beside_the_steps(tmp_path):
     aux = next(line for line in rows if line.startswith("| bwd_bwd_aux_gluon_kernel |"))
     assert aux.endswith("| 31.03 | 1.86 | 248 |")
     assert len(rows) == 7  # six stage32 kernels, then TileLang's
+    per_call = next(line for line in section.splitlines() if line.startswith("Per call"))
+    assert "`stage32_banks` 2422 µs, 5.25 GB, 681 M instructions;" in per_call
+    assert "`tilelang` 1961 µs, 0.51 GB, 349 M instructions, its grid on 64 of the 132 SMs (0.48 waves)." in per_call
 
 
 def test_markdown_record_with_a_source_page(tmp_path):
