@@ -173,8 +173,9 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
                      "-" if lead is None else f"{lead[0]} {100 * lead[2]:.0f} %", _x(floor),
                      scaled(r["waves"], 1, "{:.2f}"), scaled(mean(k, "dram_bytes"), 1e9, "{:.2f}"),
                      scaled(mean(k, "instructions"), 1e6, "{:.0f}")])
-    return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of the ncu "
-            "replay where one ran, else of the trace) and the launches traced; registers per "
+    return (f"## Per kernel (`{_cell(best)}`, {_cell(device.name)})\n\nDevice µs per launch (of ncu's "
+            "replay where the run holds its rows, else of the traced launches: `perf profile "
+            "--hw-metrics` sets ncu's metrics on those) and the launches traced; registers per "
             "thread; shared memory per block (KiB); blocks per SM and the resource that limits "
             "them (analysis.occupancy); the registers per thread / shared memory (KiB) one more "
             "block per SM would need; warps resident, in theory and as measured; tensor pipe and "
