@@ -118,16 +118,15 @@ def splits_pass(meta) -> bool:
 
 
 def run_with(x: dict, out: dict, meta, *, aux_increments: bool = False, split: bool | None = None,
-             scan=None, **kw) -> None:
+             **kw) -> None:
     """stage17's pipeline; ``aux_increments``: where the pass splits, the aux forms the
     increments and only the scan is launched here (stage20); ``split``: whether the pass splits,
-    in place of :func:`splits_pass` (stage24); ``scan``: the scan's launcher there, in place of
-    :func:`launch_scan` (stage33, whose state_terms walks the increments itself); ``kw``: more
-    stage16_regcap.run_with keywords (stage18)."""
+    in place of :func:`splits_pass` (stage24); ``kw``: more stage16_regcap.run_with keywords
+    (stage18)."""
     if not (splits_pass(meta) if split is None else split):
         stage16_regcap.run_with(x, out, meta, **kw)
     elif aux_increments:
-        stage16_regcap.run_with(x, out, meta, state_pass=scan or launch_scan, aux_increments=True, **kw)
+        stage16_regcap.run_with(x, out, meta, state_pass=launch_scan, aux_increments=True, **kw)
     else:
         stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass, **kw)
 

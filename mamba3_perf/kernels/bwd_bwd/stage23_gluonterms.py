@@ -49,14 +49,13 @@ def uses_gluon(x: dict, meta) -> bool:
 
 
 def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_layouts: bool = False,
-             pipeline: bool = False, state_terms=None, **kw) -> None:
+             pipeline: bool = False, **kw) -> None:
     """stage23's pipeline; ``chunk_pairs``, ``transpose_layouts``, ``pipeline``: the Gluon
     state_terms' launch keywords (stage31, stage32; ``pipeline`` is terms_gluon.PIPELINE's, which no
-    stage takes: within the run's spread on an H100); ``state_terms``: state_terms' launcher in
-    place of this stage's choice (stage33); ``kw``: more stage22_lkqblock.run_with keywords
+    stage takes: within the run's spread on an H100); ``kw``: more stage22_lkqblock.run_with keywords
     (stage24)."""
-    terms = state_terms
-    if terms is None and uses_gluon(x, meta):
+    terms = None
+    if uses_gluon(x, meta):
         terms = terms_gluon.launch_state_terms
         launch = {k: True for k, on in (("chunk_pairs", chunk_pairs), ("transpose_layouts", transpose_layouts),
                                         ("pipeline", pipeline)) if on}
