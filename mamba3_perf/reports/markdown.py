@@ -123,13 +123,15 @@ def _bottleneck(breakdown: pd.DataFrame | None, best: str | None, device: Device
     return head + "\n".join(parts)
 
 
-def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSpec) -> str:
+def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSpec,
+                cases: list[dict] | None = None) -> str:
     """Per kernel of the fastest step, and of the live TileLang row where the run has its kernel:
     device time, registers, shared memory, the blocks one SM holds and the resource that limits
     them, warps resident in theory and as measured, tensor pipe and DRAM throughput, the leading
     warp stall, DRAM time against its floor, the grid's waves over the device's SMs, DRAM bytes
     and instructions per launch ('' where the trace gives no registers: Ascend, the
-    interpreter)."""
+    interpreter). ``cases``: the run's cases (run.json's), for the per-call line's SM time per
+    (b, h, chunk) where the kernels are of one of them."""
     from mamba3_perf.analysis.breakdown import kernel_stalls, kernel_traffic
     from mamba3_perf.analysis.occupancy import kernel_occupancy
     from mamba3_perf.reports.console import next_block_cell, short_kernel_name
@@ -187,14 +189,32 @@ def _per_kernel(kernels: pd.DataFrame | None, best: str | None, device: DeviceSp
             + _md_table(["kernel", "µs", "launches", "regs", "smem KiB", "blocks/SM", "+1 block at", "warps (theory)",
                          "warps (measured)", "tensor", "DRAM", "leading stall", "vs DRAM floor", "waves",
                          "DRAM GB", "instr. M"], rows)
-            + _per_call(occ, means, device))
+            + _per_call(occ, means, device, _chunk_units(kernels, cases)))
 
 
-def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec) -> str:
+def _chunk_units(kernels: pd.DataFrame, cases: list[dict] | None) -> int | None:
+    """B * H * nchunks of the one case the kernels ran on (run.json's ``cases``), else None."""
+    ids = kernels["case_id"].dropna().unique() if "case_id" in kernels.columns else ()
+    case = next((c for c in cases or () if len(ids) == 1 and c.get("id") == ids[0]), None)
+    if case is None or not all(k in case for k in ("B", "H", "S", "C")):
+        return None
+    return int(case["B"]) * int(case["H"]) * math.ceil(int(case["S"]) / int(case["C"]))
+
+
+def busy_sms(waves: float, blocks_per_sm: float, sm_count: int) -> int:
+    """The SMs a grid keeps busy: all of them from one wave on, else its blocks (waves x SMs x
+    blocks per SM), one per SM as the block scheduler spreads them."""
+    return min(sm_count, math.ceil(waves * sm_count * blocks_per_sm - 1e-9))
+
+
+def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec, units: int | None = None) -> str:
     """A sentence per variant of the per-kernel table: its kernels' device time, DRAM bytes and
     instructions per call (a call launches each kernel at least once: the fewest launches of
-    any of its kernels are the calls), and, where no kernel's grid fills one wave, how many of
-    the device's SMs its widest grid keeps busy ('' without a variant column)."""
+    any of its kernels are the calls), where no kernel's grid fills one wave how many of the
+    device's SMs its widest grid keeps busy, and with ``units`` (B * H * nchunks) the SM time a
+    call takes per (b, h, chunk): each kernel's time times the SMs its grid keeps busy, summed,
+    over the units, which compares designs whose grids leave different numbers of SMs idle
+    ('' without a variant column)."""
     if "variant" not in occ.columns or occ.empty:
         return ""
     parts = []
@@ -206,8 +226,11 @@ def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec) -> str
             if col in per_launch.columns and per_launch[col].notna().all():
                 text += ", " + fmt.format((per_launch[col].to_numpy() * g["launches"].to_numpy()).sum() / calls / unit)
         if g["waves"].notna().all() and g["waves"].max() < 1:
-            busy = min(device.sm_count, math.ceil(g["waves"].max() * device.sm_count - 1e-9))
+            busy = busy_sms(g["waves"].max(), 1, device.sm_count)
             text += f", its grid on {busy} of the {device.sm_count} SMs ({g['waves'].max():.2f} waves)"
+        if units and g["waves"].notna().all():
+            sms = [busy_sms(w, b, device.sm_count) for w, b in zip(g["waves"], g["blocks_per_sm"])]
+            text += f", {(g['total_us'] * sms).sum() / calls / units:.1f} SM·µs per (b, h, chunk)"
         parts.append(text)
     return "\n\nPer call, summed over the kernels above: " + "; ".join(parts) + "."
 
@@ -320,7 +343,7 @@ def optimization_record(meta: dict, table: pd.DataFrame, summary: LadderSummary,
         blocks.append(INTERPRETER_WARNING)
     blocks += [f"# {_cell(name)}", _what_when_where(meta), _baseline_and_goal(summary, best),
                _bottleneck(breakdown, best, device_for(meta.get("device")))]
-    per_kernel = _per_kernel(kernels, best, device_for(meta.get("device")))
+    per_kernel = _per_kernel(kernels, best, device_for(meta.get("device")), meta.get("cases"))
     if per_kernel:
         blocks.append(per_kernel)
     pages = _source_pages(source_pages, meta.get("source_page_kernel"))

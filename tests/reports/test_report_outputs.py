@@ -175,8 +175,19 @@ def test_markdown_record_sets_tilelangs_kernel_beside_the_steps(tmp_path):
     assert aux.endswith("| 31.03 | 1.86 | 248 |")
     assert len(rows) == 7  # six stage32 kernels, then TileLang's
     per_call = next(line for line in section.splitlines() if line.startswith("Per call"))
-    assert "`stage32_banks` 2422 µs, 5.25 GB, 681 M instructions;" in per_call
-    assert "`tilelang` 1961 µs, 0.51 GB, 349 M instructions, its grid on 64 of the 132 SMs (0.48 waves)." in per_call
+    # SM time per (b, h, chunk): stage32's grids keep all 132 SMs busy (its chunk sums 64), TileLang's 64
+    assert "`stage32_banks` 2422 µs, 5.25 GB, 681 M instructions, 38.9 SM·µs per (b, h, chunk);" in per_call
+    assert ("`tilelang` 1961 µs, 0.51 GB, 349 M instructions, its grid on 64 of the 132 SMs (0.48 waves), "
+            "15.3 SM·µs per (b, h, chunk).") in per_call
+
+
+def test_busy_sms_spreads_a_grid_under_one_wave_one_block_per_sm():
+    from mamba3_perf.reports.markdown import busy_sms
+
+    assert busy_sms(64 / 132, 1, 132) == 64  # TileLang: 64 programs, one per SM
+    assert busy_sms(64 / (132 * 16), 16, 132) == 64  # 64 programs that could share 4 SMs still take 64
+    assert busy_sms(31.03, 2, 132) == 132
+    assert busy_sms(0.97, 2, 132) == 132  # 256 programs at two per SM: every SM
 
 
 def test_markdown_record_with_a_source_page(tmp_path):
