@@ -226,8 +226,9 @@ def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec, units:
             if col in per_launch.columns and per_launch[col].notna().all():
                 text += ", " + fmt.format((per_launch[col].to_numpy() * g["launches"].to_numpy()).sum() / calls / unit)
         if g["waves"].notna().all() and g["waves"].max() < 1:
-            busy = busy_sms(g["waves"].max(), 1, device.sm_count)
-            text += f", its grid on {busy} of the {device.sm_count} SMs ({g['waves'].max():.2f} waves)"
+            widest = g.loc[g["waves"].idxmax()]
+            busy = busy_sms(widest["waves"], widest["blocks_per_sm"], device.sm_count)
+            text += f", its grid on {busy} of the {device.sm_count} SMs ({widest['waves']:.2f} waves)"
         if units and g["waves"].notna().all():
             sms = [busy_sms(w, b, device.sm_count) for w, b in zip(g["waves"], g["blocks_per_sm"])]
             text += f", {(g['total_us'] * sms).sum() / calls / units:.1f} SM·µs per (b, h, chunk)"

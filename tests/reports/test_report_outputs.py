@@ -181,6 +181,22 @@ def test_markdown_record_sets_tilelangs_kernel_beside_the_steps(tmp_path):
             "15.3 SM·µs per (b, h, chunk).") in per_call
 
 
+def test_per_call_counts_one_sm_per_program_under_one_wave(tmp_path):
+    """N16_P64_R4_C8: TileLang's 64 programs of 128 threads would fit two an SM (0.24 waves), but
+    the scheduler spreads them one per SM: 64 SMs busy, and its SM time counts 64 of them."""
+    import shutil
+
+    from mamba3_perf import runs
+    from mamba3_perf.reports.record import write_run_report
+
+    src = Path(__file__).resolve().parents[2] / "records" / "profile-N16_P64_R4_C8-stage32-10d944a"
+    shutil.copytree(src, tmp_path / "run")
+    write_run_report(runs.read_run(tmp_path / "run"), tmp_path / "report.md")
+    per_call = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("Per call"))
+    assert "`stage32_banks` 1300 µs, 2.09 GB, 367 M instructions, 10.3 SM·µs per (b, h, chunk);" in per_call
+    assert "its grid on 64 of the 132 SMs (0.24 waves), 5.4 SM·µs per (b, h, chunk)." in per_call
+
+
 def test_busy_sms_spreads_a_grid_under_one_wave_one_block_per_sm():
     from mamba3_perf.reports.markdown import busy_sms
 
