@@ -33,3 +33,4 @@ from mamba3_perf.kernels.bwd_bwd import stage29_auxdq  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage30_stepdesc  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage31_chunkpairs  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage32_banks  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage33_chunksum  # noqa: F401

@@ -188,7 +188,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
              aux_launch: dict | None = None, diag_blocks: bool = False, late_sums: bool = False,
              state_pass=None, aux_increments: bool = False, lkq_block: int | None = None,
              state_terms=None, aux=None, qk_inputs: bool = False, rot_inline: bool = False,
-             finish_dk: bool = False, finish_dq: bool = False) -> None:
+             finish_dk: bool = False, finish_dq: bool = False, chunk_sum=None) -> None:
     """stage6's pipeline with the streamed aux; ``terms``: state_terms' tile and launch
     (stage6_statepass.launch_state_terms keywords; stage9); ``inputs``: every reader of QB, KB,
     PSIV, DPHIO loads the inputs instead and the pre kernel does not write them (stage10; only
@@ -212,7 +212,8 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
     state_terms stores DK and DANGLES' k half instead of the DKR rows, the post kernel the rest
     (K_DONE; stage28); ``finish_dq`` (with ``finish_dk``): the aux stores DQ and DANGLES' q half
     instead of the DQR rows, state_terms adds the k half, and no post kernel is launched
-    (stage29)."""
+    (stage29); ``chunk_sum``: the chunk sums' launcher (stage6_statepass.launch_chunk_sum's
+    signature, the default; stage33)."""
     inputs = inputs and folds(meta)
     diag_blocks = diag_blocks and folds(meta)
     qk_inputs = qk_inputs and not inputs
@@ -245,7 +246,7 @@ def run_with(x: dict, out: dict, meta, *, low_precision: bool, terms: dict | Non
                                                         late_sums=late_sums, **rot,
                                                         **(dict(finish_dk=True) if finish_dk else {}),
                                                         **(dict(dangles_started=True) if finish_dq else {}))
-    stage6_statepass.launch_chunk_sum(x, s, out, meta)
+    (chunk_sum or stage6_statepass.launch_chunk_sum)(x, s, out, meta)
     if not finish_dq:
         post(x, s, out, meta, inputs=inputs or qk_inputs, **(dict(diag_blocks=True) if diag_blocks else {}),
              **(dict(k_done=True) if finish_dk else {}))
