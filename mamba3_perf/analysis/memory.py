@@ -173,6 +173,8 @@ STAGE_BUFFERS["stage31_chunkpairs"] = STAGE_BUFFERS["stage30_stepdesc"]
 STAGE_BUFFERS["stage32_banks"] = STAGE_BUFFERS["stage31_chunkpairs"]
 # stage33 sums the same chunk parts on a wider grid: the same buffers
 STAGE_BUFFERS["stage33_chunksum"] = STAGE_BUFFERS["stage32_banks"]
+# stage34 launches the same post kernel on sub-chunks: the same buffers
+STAGE_BUFFERS["stage34_poststeps"] = STAGE_BUFFERS["stage33_chunksum"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64
