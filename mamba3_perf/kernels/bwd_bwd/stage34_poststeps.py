@@ -10,7 +10,9 @@ h100-sweep-poststeps-c21a2ad.json):
 
 * where stage11's post kernel runs a chunk of C*R = 32 rows at N >= 128 (N256_P64_R4_C8,
   N128_P128_R4_C8), one step per program ([1, 4, N] tiles, 4 warps) took the post kernel from
-  1189 to 842 us and from 671 to 428 us, the whole stage 5.0 % and 4.3 % faster;
+  1189 to 842 us and from 671 to 428 us, the whole stage 5.0 % and 4.3 % faster (ptxas: 71
+  registers a thread instead of 128, 48 instead of 151, so 7 and 10 of its 4-warp blocks an SM
+  instead of 4 and 3, to hide the global loads it waits on);
 * at R = 8, C = 8 (N128_P64_R8_C8), half chunks of 4 steps on 8 warps instead of whole chunks on
   16: the post kernel 1243 -> 1181 us, the stage 1.2 % faster;
 * on the eight other official shapes one or two steps made the post kernel slower (1 step:
