@@ -44,6 +44,7 @@ class Occupancy:
     warps_per_sm: int
     theoretical_pct: float  # warps_per_sm / the SM's most warps, in %
     waves: float  # grid blocks / (SMs x blocks_per_sm); nan without a grid
+    sms_busy: float  # SMs the grid keeps busy: all from one wave on, else one a block; nan without a grid
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -70,8 +71,10 @@ def occupancy(registers_per_thread: int, threads_per_block: int, smem_bytes: int
     blocks = min(limits.values())
     limiter = next(k for k in LIMITERS if limits[k] == blocks)
     waves = (grid_blocks / (device.sm_count * blocks) if grid_blocks and blocks else math.nan)
+    # a grid under one wave: the block scheduler spreads its blocks one per SM, however many fit
+    busy = float(min(device.sm_count, grid_blocks)) if grid_blocks else math.nan
     return Occupancy(blocks, limits, limiter, blocks * warps,
-                     100.0 * blocks * warps / device.max_warps_per_sm, waves)
+                     100.0 * blocks * warps / device.max_warps_per_sm, waves, busy)
 
 
 def next_block(registers_per_thread: int, threads_per_block: int, smem_bytes: int = 0,
@@ -113,7 +116,8 @@ def _one_source(g: pd.DataFrame) -> pd.DataFrame:
 
 
 OCCUPANCY_COLUMNS = ("total_us", "launches", "registers_per_thread", "smem_bytes", "threads", "blocks_per_sm",
-                     "limiter", "theoretical_pct", "warps_active_pct", "waves", "next_registers", "next_smem_bytes")
+                     "limiter", "theoretical_pct", "warps_active_pct", "waves", "sms_busy", "next_registers",
+                     "next_smem_bytes")
 
 
 def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFrame:
@@ -121,7 +125,7 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
     size (Nsight Compute, Kineto on CUDA): device time summed over its ``launches``, registers,
     shared memory, threads, the blocks per SM and limiter of :func:`occupancy`, the theoretical
     warps resident (% of the SM's), the measured ``warps_active_pct`` where ncu gave it,
-    ``waves``, and what one more block per SM would need (:func:`next_block`: ``next_registers``,
+    ``waves``, ``sms_busy`` (the SMs its grid keeps busy), and what one more block per SM would need (:func:`next_block`: ``next_registers``,
     ``next_smem_bytes``; NaN where the warps or blocks per SM forbid it). A kernel launched with several configurations takes its longest launch's; one
     traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's rows. Longest
     kernels first; empty for a frame without those columns or a device without SM figures (an
@@ -155,7 +159,7 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
                      "threads": float(threads), "blocks_per_sm": float(occ.blocks_per_sm),
                      "limiter": occ.limiter, "theoretical_pct": occ.theoretical_pct,
                      "warps_active_pct": math.nan if measured is None or pd.isna(measured) else float(measured),
-                     "waves": occ.waves,
+                     "waves": occ.waves, "sms_busy": occ.sms_busy,
                      "next_registers": math.nan if next_regs is None else float(next_regs),
                      "next_smem_bytes": math.nan if next_smem is None else float(next_smem)})
     if not rows:

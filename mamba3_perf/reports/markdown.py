@@ -201,18 +201,13 @@ def _chunk_units(kernels: pd.DataFrame, cases: list[dict] | None) -> int | None:
     return int(case["B"]) * int(case["H"]) * math.ceil(int(case["S"]) / int(case["C"]))
 
 
-def busy_sms(waves: float, blocks_per_sm: float, sm_count: int) -> int:
-    """The SMs a grid keeps busy: all of them from one wave on, else its blocks (waves x SMs x
-    blocks per SM), one per SM as the block scheduler spreads them."""
-    return min(sm_count, math.ceil(waves * sm_count * blocks_per_sm - 1e-9))
-
-
 def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec, units: int | None = None) -> str:
     """A sentence per variant of the per-kernel table: its kernels' device time, DRAM bytes and
     instructions per call (a call launches each kernel at least once: the fewest launches of
     any of its kernels are the calls), where no kernel's grid fills one wave how many of the
     device's SMs its widest grid keeps busy, and with ``units`` (B * H * nchunks) the SM time a
-    call takes per (b, h, chunk): each kernel's time times the SMs its grid keeps busy, summed,
+    call takes per (b, h, chunk): each kernel's time times the SMs its grid keeps busy
+    (analysis.occupancy's ``sms_busy``), summed,
     over the units, which compares designs whose grids leave different numbers of SMs idle
     ('' without a variant column)."""
     if "variant" not in occ.columns or occ.empty:
@@ -227,11 +222,9 @@ def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec, units:
                 text += ", " + fmt.format((per_launch[col].to_numpy() * g["launches"].to_numpy()).sum() / calls / unit)
         if g["waves"].notna().all() and g["waves"].max() < 1:
             widest = g.loc[g["waves"].idxmax()]
-            busy = busy_sms(widest["waves"], widest["blocks_per_sm"], device.sm_count)
-            text += f", its grid on {busy} of the {device.sm_count} SMs ({widest['waves']:.2f} waves)"
-        if units and g["waves"].notna().all():
-            sms = [busy_sms(w, b, device.sm_count) for w, b in zip(g["waves"], g["blocks_per_sm"])]
-            text += f", {(g['total_us'] * sms).sum() / calls / units:.1f} SM·µs per (b, h, chunk)"
+            text += f", its grid on {widest['sms_busy']:.0f} of the {device.sm_count} SMs ({widest['waves']:.2f} waves)"
+        if units and g["sms_busy"].notna().all():
+            text += f", {(g['total_us'] * g['sms_busy']).sum() / calls / units:.1f} SM·µs per (b, h, chunk)"
         parts.append(text)
     return "\n\nPer call, summed over the kernels above: " + "; ".join(parts) + "."
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mamba3_perf.analysis.limits import ASCEND_910B, H200
+from mamba3_perf.analysis.limits import ASCEND_910B, H200, device_for
 from mamba3_perf.analysis.occupancy import LIMITERS, kernel_occupancy, next_block, occupancy
 from mamba3_perf.reports.console import occupancy_table
 from mamba3_perf.traces import load
@@ -127,3 +127,17 @@ def test_the_table_says_what_one_more_block_needs():
     assert (terms.blocks_per_sm, terms.next_registers) == (2, 168)
     text = occupancy_table(occ, device=H200)
     assert "+1 block:" in text and "168 / 75.0" in text
+
+
+def test_sms_busy_spreads_a_grid_under_one_wave_one_block_per_sm():
+    h100 = device_for("NVIDIA H100 80GB HBM3")
+    assert h100.sm_count == 132
+    # TileLang: 64 programs of 256 threads at 255 registers, one per SM
+    assert occupancy(255, 256, 0, 64, h100).sms_busy == 64
+    # 64 programs that could share 4 SMs (16 blocks an SM) still take 64
+    small = occupancy(32, 128, 0, 64, h100)
+    assert small.blocks_per_sm == 16 and small.sms_busy == 64
+    assert occupancy(218, 128, 34 * 1024, 8192, h100).sms_busy == 132
+    two = occupancy(255, 128, 100 * 1024, 256, h100)  # 256 programs at two per SM: every SM
+    assert two.blocks_per_sm == 2 and two.waves < 1 and two.sms_busy == 132
+    assert np.isnan(occupancy(255, 128).sms_busy)  # no grid

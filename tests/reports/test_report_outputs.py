@@ -197,15 +197,6 @@ def test_per_call_counts_one_sm_per_program_under_one_wave(tmp_path):
     assert "its grid on 64 of the 132 SMs (0.24 waves), 5.4 SM·µs per (b, h, chunk)." in per_call
 
 
-def test_busy_sms_spreads_a_grid_under_one_wave_one_block_per_sm():
-    from mamba3_perf.reports.markdown import busy_sms
-
-    assert busy_sms(64 / 132, 1, 132) == 64  # TileLang: 64 programs, one per SM
-    assert busy_sms(64 / (132 * 16), 16, 132) == 64  # 64 programs that could share 4 SMs still take 64
-    assert busy_sms(31.03, 2, 132) == 132
-    assert busy_sms(0.97, 2, 132) == 132  # 256 programs at two per SM: every SM
-
-
 def test_markdown_record_with_a_source_page(tmp_path):
     """A run with an ncu source page in traces/ (`perf profile --source-page`): the record sums it
     per loop body and opcode; a page that does not read is a note, not a failure."""
