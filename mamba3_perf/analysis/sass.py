@@ -110,11 +110,18 @@ def loop_spans(df: pd.DataFrame) -> list[tuple[int, int]]:
     return sorted({(int(t), int(a)) for t, a in zip(back["target"], back["addr"])})
 
 
-def instruction_mix(text: str) -> pd.DataFrame:
+def _parsed(listing: str | pd.DataFrame) -> pd.DataFrame:
+    """``listing`` as :func:`parse_sass`'s frame: a listing's text is parsed, a frame that
+    function returned is used as it is (a caller running several of the functions below on one
+    listing parses it once)."""
+    return listing if isinstance(listing, pd.DataFrame) else parse_sass(listing)
+
+
+def instruction_mix(listing: str | pd.DataFrame) -> pd.DataFrame:
     """Static instruction counts of one kernel's listing by kind: a row ``kernel`` for the whole
     listing, then a row per loop body (``loop 0xSTART-0xEND``); columns ``region``,
     ``instructions`` and one per kind in :data:`KIND_ORDER`."""
-    df = parse_sass(text)
+    df = _parsed(listing)
     regions = [("kernel", df)] + [(f"loop {s:#x}-{e:#x}", df[(df["addr"] >= s) & (df["addr"] <= e)])
                                   for s, e in loop_spans(df)]
     rows = []
@@ -125,7 +132,7 @@ def instruction_mix(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mma_waits(text: str) -> pd.DataFrame:
+def mma_waits(listing: str | pd.DataFrame) -> pd.DataFrame:
     """One row per wgmma wait (``WARPGROUP.DEPBAR``) of a listing: how much of the warp's own
     work the compiler placed between the wgmma it waits for and the wait, i.e. what runs while the
     tensor cores do (the rest of the kernel's overlap comes from other warps). Columns ``addr``;
@@ -134,7 +141,7 @@ def mma_waits(text: str) -> pd.DataFrame:
     after it in the body: issued in the iteration before, as a software-pipelined loop does);
     ``overlap`` (instructions between the last of them and the wait, around the back edge in
     the second case; -1 where no HGMMA precedes the wait)."""
-    df = parse_sass(text)
+    df = _parsed(listing)
     spans = loop_spans(df)
     mma = df["opcode"].str.startswith("HGMMA").to_numpy()
     pos_of = {int(a): i for i, a in enumerate(df["addr"])}
@@ -204,7 +211,7 @@ def _successors(df: pd.DataFrame, pos_of: dict[int, int], k: int) -> list[int]:
     return nxt
 
 
-def mma_register_hazards(text: str) -> pd.DataFrame:
+def mma_register_hazards(listing: str | pd.DataFrame) -> pd.DataFrame:
     """Where a listing writes a wgmma's register operand before the wgmma is waited for. A
     wgmma whose A operand comes from registers (``HGMMA.64x64x8.F32.TF32 R24, R76, gdesc[UR8],
     ...``: A in R76..R79) reads them while it runs, until a ``WARPGROUP.DEPBAR.LE gsb0, 0x0``;
@@ -216,7 +223,7 @@ def mma_register_hazards(text: str) -> pd.DataFrame:
     registers. A wait that leaves groups outstanding (``0x1``) does not end a path: the check
     errs towards reporting. Columns ``mma_addr``, ``a_regs`` (``R76-R79``), ``addr``,
     ``opcode``, ``register``; empty where none."""
-    df = parse_sass(text)
+    df = _parsed(listing)
     pos_of = {int(a): i for i, a in enumerate(df["addr"])}
     waits = {i for i, (op, o) in enumerate(zip(df["opcode"], df["operands"]))
              if op.startswith("WARPGROUP.DEPBAR") and o.replace(" ", "").endswith(",0x0")}
@@ -282,7 +289,12 @@ def read_source_page(source) -> pd.DataFrame:
 
     Raises ParseError (a ValueError) for text that is not a SASS source page, is cut off (a row
     without the header's fields) or lacks the columns read here."""
-    text = read_text(source) if isinstance(source, Path) or "\n" not in str(source) else str(source)
+    return parse_source_page(read_text(source) if isinstance(source, Path) or "\n" not in str(source)
+                             else str(source))
+
+
+def parse_source_page(text: str) -> pd.DataFrame:
+    """:func:`read_source_page` of a page's text already read (``read_text``)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines[:5]) if line.startswith('"Address","Source"')), None)
     if start is None:

@@ -81,7 +81,7 @@ def sass_page(
     """Where one kernel's instructions go: an ncu source page summed per loop body and per opcode;
     or, from a static nvdisasm listing, its instruction mix, wgmma waits and any write of a wgmma's
     register operand before its wait."""
-    from mamba3_perf.analysis.sass import is_listing, read_source_page, read_text
+    from mamba3_perf.analysis.sass import is_listing, parse_source_page, read_text
     from mamba3_perf.errors import ParseError
     from mamba3_perf.reports.console import source_page_tables, static_listing_tables
 
@@ -90,6 +90,6 @@ def sass_page(
     text = read_text(path)
     if is_listing(text):
         out = static_listing_tables(text, title=path.name)
-    else:  # by its path: read_source_page takes a text without a line break for one
-        out = source_page_tables(read_source_page(path), rows=rows, title=path.name)
+    else:
+        out = source_page_tables(parse_source_page(text), rows=rows, title=path.name)
     Console().print(out, soft_wrap=True, markup=False, highlight=False)

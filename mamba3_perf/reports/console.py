@@ -254,18 +254,19 @@ def static_listing_tables(text: str, *, title: str, width: int = 160) -> str:
     write of a register-A wgmma's operand before its wait
     (:func:`~mamba3_perf.analysis.sass.mma_register_hazards`; "none" where there are wgmma and no
     such write)."""
-    from mamba3_perf.analysis.sass import KIND_ORDER, instruction_mix, mma_register_hazards, mma_waits
+    from mamba3_perf.analysis.sass import KIND_ORDER, instruction_mix, mma_register_hazards, mma_waits, parse_sass
 
-    mix = instruction_mix(text)
+    listing = parse_sass(text)
+    mix = instruction_mix(listing)
     out = [render(_table(f"{title}: instructions by kind", ["region", "SASS", *KIND_ORDER],
                          [[r["region"], str(r["instructions"]), *(str(r[k]) for k in KIND_ORDER)]
                           for r in mix.to_dict("records")]), width=width)]
-    waits = mma_waits(text)
+    waits = mma_waits(listing)
     if len(waits):
         out.append(render(_table(f"{title}: wgmma waits", ["addr", "loop", "wgmma issued", "instructions under them"],
                                  [[f"{r['addr']:#06x}", r["loop"], str(r["issued"]), str(r["overlap"])]
                                   for r in waits.to_dict("records")]), width=width))
-        hazards = mma_register_hazards(text)
+        hazards = mma_register_hazards(listing)
         out.append(render(_table(f"{title}: wgmma register operands written before their wait (undefined)",
                                  ["wgmma", "A registers", "addr", "opcode", "register"],
                                  [[f"{r['mma_addr']:#06x}", r["a_regs"], f"{r['addr']:#06x}", r["opcode"], r["register"]]

@@ -194,3 +194,19 @@ def test_register_hazards_of_the_walk_that_wrote_its_wgmma_operands_early():
         assert lo <= int(reg[1:]) <= hi and hi - lo == 3
     assert mma_register_hazards(_listing("bwd_bwd_state_terms_gluon_kernel-stage32-sm90.sass.gz")).empty
     assert mma_register_hazards(LISTING).empty  # no wgmma
+
+
+def test_a_parsed_listing_reads_as_its_text():
+    """The listing's functions take parse_sass's frame as well as the text (one parse for all)."""
+    text = _listing("bwd_bwd_state_terms_gluon_kernel-stage32-pipeline-sm90.sass.gz")
+    df = parse_sass(text)
+    pd.testing.assert_frame_equal(instruction_mix(df), instruction_mix(text))
+    pd.testing.assert_frame_equal(mma_waits(df), mma_waits(text))
+    pd.testing.assert_frame_equal(mma_register_hazards(df), mma_register_hazards(text))
+    assert len(mma_register_hazards(df)) > 0
+
+
+def test_a_source_page_parses_from_its_text_as_from_its_path():
+    from mamba3_perf.analysis.sass import parse_source_page, read_text
+
+    pd.testing.assert_frame_equal(parse_source_page(read_text(AUX_PAGE)), read_source_page(AUX_PAGE))
