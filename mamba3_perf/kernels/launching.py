@@ -133,8 +133,7 @@ def dependent_launches(on: bool = True):
 def _with_pdl(run, kernel):
     """``run`` with PDL=True and launch_pdl added to each launch's keywords where ``kernel`` has a
     PDL constexpr."""
-    if not (isinstance(kernel, JITFunction) if JITFunction is not None else False) or \
-            "PDL" not in {p.name for p in kernel.params if p.is_constexpr}:
+    if "PDL" not in getattr(kernel, "arg_names", ()):
         return run
 
     def pdl_run(*args, **kwargs):
