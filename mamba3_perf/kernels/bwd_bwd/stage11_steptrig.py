@@ -16,8 +16,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    grid_dependency,
-    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_angle_cs, store_chunk_scalars, store_dangles,
+    angle_grad_pair, chunk_frame, grid_dependency, load_biased, rot_cols, store_angle_cs, store_chunk_scalars,
+    store_dangles,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 

@@ -28,7 +28,7 @@ from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import grid_dependency, dot_precision, pow2
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, grid_dependency, pow2
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 

@@ -31,7 +31,9 @@ import triton.language as tl
 
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage6_statepass, stage15_passwave, stage16_regcap
-from mamba3_perf.kernels.bwd_bwd.common import grid_dependency, chunk_coords, dot_precision, fdot, pow2, store_state_tile_t
+from mamba3_perf.kernels.bwd_bwd.common import (
+    chunk_coords, dot_precision, fdot, grid_dependency, pow2, store_state_tile_t,
+)
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 SCAN_BLOCK = 1024  # [N, P] elements per scan program

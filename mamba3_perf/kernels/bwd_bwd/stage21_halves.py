@@ -50,9 +50,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import (
-    grid_dependency,
-    angle_grad_pair, chunk_frame, load_biased, store_angle_cs, store_chunk_decay, store_chunk_scalars,
-    store_dangles, store_step_scalars,
+    angle_grad_pair, chunk_frame, grid_dependency, load_biased, store_angle_cs, store_chunk_decay,
+    store_chunk_scalars, store_dangles, store_step_scalars,
 )
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
     _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,

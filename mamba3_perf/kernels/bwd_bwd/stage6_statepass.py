@@ -23,9 +23,8 @@ import triton.language as tl
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    grid_dependency,
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
-    dstates_step, fdot, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision, dstates_step,
+    fdot, fused_rows, grid_dependency, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_state_tile_t, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage

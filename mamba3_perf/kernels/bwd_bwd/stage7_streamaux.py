@@ -22,10 +22,10 @@ import triton.language as tl
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    grid_dependency,
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, load_biased_rows,
-    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy, score_grads,
-    score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time, wt_rows,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, grid_dependency,
+    load_biased_rows, load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
+    score_grads, score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time,
+    wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
