@@ -5,8 +5,10 @@ import torch
 from triton._C.libtriton import ir
 from triton.runtime import interpreter
 
+from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import api, get_case, make_inputs
 from mamba3_perf.kernels.bwd_bwd import common
+from mamba3_perf.kernels.checking import check_stage
 
 
 @pytest.fixture
@@ -17,6 +19,17 @@ def case_meta():
         case = get_case(case) if isinstance(case, str) else case
         return api.validate(**make_inputs(case), chunk_size=case.C, rotary_dim_divisor=case.rotary_dim_divisor)
     return meta
+
+
+@pytest.fixture
+def cuda_golden():
+    """Run a stage on a case (or case id) on the GPU, with the benchmarks' inputs, and assert that
+    every gradient passes the golden criterion (the Hopper tests' check)."""
+    def check(stage, case):
+        case = get_case(case) if isinstance(case, str) else case
+        rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
+        assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    return check
 
 
 def _tf32(h):

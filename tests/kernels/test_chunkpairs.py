@@ -8,7 +8,6 @@ from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux, stage30_stepdesc, stage31_chunkpairs, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
@@ -51,11 +50,9 @@ def test_paired_state_terms_compiles_for_sm90(compile_stage, shape, programs):
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-C8", "hop-P128-C8", "hop-N16-C8-tail", "small-N256_P64_R4_C8"])
-def test_matches_golden_on_hopper(case_id):
+def test_matches_golden_on_hopper(cuda_golden, case_id):
     """Both Gluon kernels on pairs where a chunk has 32 rows (state_terms only at N = 16)."""
-    case = get_case(case_id)
-    rows = check_stage("stage31_chunkpairs", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden("stage31_chunkpairs", case_id)
 
 
 @pytest.mark.parametrize("case_id,runs", [
@@ -89,14 +86,12 @@ def test_paired_gluon_aux_compiles_for_sm90(compile_stage, shape, programs):
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-C8", "hop-P128-C8"])
-def test_pairs_through_stage29_match_golden_on_hopper(case_id, monkeypatch):
+def test_pairs_through_stage29_match_golden_on_hopper(cuda_golden, case_id, monkeypatch):
     """Both kernels' CHUNK_PAIRS knobs through stage29, where they rotate q / k and finish dQ / dK
     on pairs of chunks (stage31's plan does not take those paths)."""
     monkeypatch.setattr(aux_gluon, "CHUNK_PAIRS", True)
     monkeypatch.setattr(terms_gluon, "CHUNK_PAIRS", True)
-    case = get_case(case_id)
-    rows = check_stage("stage29_auxdq", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden("stage29_auxdq", case_id)
 
 
 @pytest.mark.parametrize("case_id,want", [

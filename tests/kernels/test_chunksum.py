@@ -11,7 +11,6 @@ from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import stage32_banks, stage33_chunksum
 from mamba3_perf.kernels.bwd_bwd.common import alloc_scratch, is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
@@ -53,7 +52,5 @@ def test_launches_the_wide_sum_for_sm90(compile_stage):
 
 @pytest.mark.skipif(not HOPPER, reason="stage32's Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-N128", "hop-R8-C8", "hop-P128-C8", "hop-N16-C8-tail", "hop-fp16-noD"])
-def test_chunksum_matches_golden_on_hopper(case_id):
-    case = get_case(case_id)
-    rows = check_stage("stage33_chunksum", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+def test_chunksum_matches_golden_on_hopper(cuda_golden, case_id):
+    cuda_golden("stage33_chunksum", case_id)

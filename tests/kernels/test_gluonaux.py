@@ -9,7 +9,6 @@ from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import cases, get_case
 from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage24_gluonaux, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 
 @pytest.mark.parametrize("case_id,runs", [
@@ -95,45 +94,38 @@ HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 @pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline", "stage28_termsdk",
                                    "stage29_auxdq", "stage30_stepdesc", "stage32_banks"])
 @pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
-def test_gluon_stages_match_golden_on_hopper(stage, case):
+def test_gluon_stages_match_golden_on_hopper(cuda_golden, stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon
     aux runs only with those). stage27: the Gluon kernels rotating q / k themselves where it
     takes that (C*R = 64, N >= 64: hop-N64, hop-N128, hop-P128, hop-fp16-noD, ...); stage28:
     state_terms finishing dK there too."""
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("stage", ["stage24_gluonaux", "stage25_subchunk"])
 @pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD"])
-def test_gluon_aux_at_p128_matches_golden_on_hopper(stage, case_id, monkeypatch):
+def test_gluon_aux_at_p128_matches_golden_on_hopper(cuda_golden, stage, case_id, monkeypatch):
     """aux_gluon.WIDE_P on: P = 128 through the Gluon aux (and, on hop-fp16-noD, P = 64 with the
     knob on: unchanged)."""
     monkeypatch.setattr(aux_gluon, "WIDE_P", True)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("stage", ["stage26_widep", "stage29_auxdq"])
 @pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-C8", "hop-N16-C8-tail"])
-def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(stage, case_id, monkeypatch):
+def test_gluon_terms_on_8_column_steps_match_golden_on_hopper(cuda_golden, stage, case_id, monkeypatch):
     """terms_gluon.WG_COLS=8 (state_terms' N walk on 8-column steps) through stage26, and through
     stage29 where state_terms rotates k and finishes dK on 8-column pairs."""
     monkeypatch.setattr(terms_gluon, "WG_COLS", 8)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-P128", "hop-fp16-noD", "hop-N128"])
-def test_gluon_aux_on_two_warpgroups_matches_golden_on_hopper(case_id, monkeypatch):
+def test_gluon_aux_on_two_warpgroups_matches_golden_on_hopper(cuda_golden, case_id, monkeypatch):
     """aux_gluon.AUX_WARPGROUPS=2 through stage30 (P = 128 and P = 64); with the transposed layouts
     on it passed on an H100 (test_transpose_layouts.py, the knob's comment)."""
     monkeypatch.setattr(aux_gluon, "AUX_WARPGROUPS", 2)
-    case = get_case(case_id)
-    rows = check_stage("stage30_stepdesc", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden("stage30_stepdesc", case_id)

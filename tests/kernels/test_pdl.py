@@ -12,7 +12,6 @@ from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case, launching
 from mamba3_perf.kernels.bwd_bwd import stage35_pdl
 from mamba3_perf.kernels.bwd_bwd.common import grid_dependency, is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
@@ -77,7 +76,5 @@ def test_off_hopper_the_stage_is_stage34():
 
 @pytest.mark.skipif(not HOPPER, reason="programmatic dependent launch: compute capability 9 and later")
 @pytest.mark.parametrize("case_id", ["hop-N128", "hop-R8-C8", "hop-P128-C8", "hop-N16-C8-tail", "hop-fp16-noD"])
-def test_pdl_matches_golden_on_hopper(case_id):
-    case = get_case(case_id)
-    rows = check_stage("stage35_pdl", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+def test_pdl_matches_golden_on_hopper(cuda_golden, case_id):
+    cuda_golden("stage35_pdl", case_id)

@@ -6,11 +6,8 @@ memory; on a Hopper GPU only, against the golden through the walks' paths (rotat
 import pytest
 import torch
 
-from mamba3_perf.bench import prepare
-from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import aux_gluon, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 RING3 = ("aux_gluon.AUX_RING1=3",)
@@ -69,11 +66,9 @@ def test_terms_ring_of_three(compile_stage, shape, slots):
     ("stage26_widep", "hop-fp16-noD"),
 ])
 @pytest.mark.parametrize("ring", ["aux", "terms"])
-def test_deeper_ring_matches_golden_on_hopper(stage, case_id, ring, monkeypatch):
+def test_deeper_ring_matches_golden_on_hopper(cuda_golden, stage, case_id, ring, monkeypatch):
     if ring == "aux":
         monkeypatch.setattr(aux_gluon, "AUX_RING1", 3)
     else:
         monkeypatch.setattr(terms_gluon, "TERMS_RING", 3)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)

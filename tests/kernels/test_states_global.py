@@ -7,11 +7,8 @@ import pytest
 import torch
 
 from mamba3_perf.analysis.occupancy import occupancy
-from mamba3_perf.bench import prepare
-from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 NAME = "bwd_bwd_state_terms_gluon_kernel"
@@ -64,9 +61,7 @@ def test_refused_with_two_chunks_a_program_or_the_pipelined_walk(case_meta, comp
     ("stage26_widep", "hop-N128"),  # the pre kernel's fp32 k rows
     ("stage26_widep", "hop-fp16-noD"),
 ])
-def test_states_from_global_memory_match_golden_on_hopper(stage, case_id, monkeypatch):
+def test_states_from_global_memory_match_golden_on_hopper(cuda_golden, stage, case_id, monkeypatch):
     monkeypatch.setattr(terms_gluon, "STATES_GLOBAL", True)
     monkeypatch.setattr(terms_gluon, "MAXNREG", 168)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)

@@ -12,11 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mamba3_perf.bench import prepare
-from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 PIPE = ("terms_gluon.PIPELINE=1",)
@@ -72,11 +69,9 @@ def test_pipelined_walk_writes_no_wgmma_operand_before_its_wait(shape):
     ("stage26_widep", "hop-N128"),  # the pre kernel's fp32 k rows, DKR stored
     ("stage26_widep", "hop-fp16-noD"),
 ])
-def test_pipelined_walk_matches_golden_on_hopper(stage, case_id, monkeypatch):
+def test_pipelined_walk_matches_golden_on_hopper(cuda_golden, stage, case_id, monkeypatch):
     monkeypatch.setattr(terms_gluon, "PIPELINE", True)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)
 
 
 def test_stage23_passes_pipeline_to_the_gluon_state_terms(monkeypatch):

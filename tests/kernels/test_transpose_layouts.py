@@ -11,7 +11,6 @@ from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case
 from mamba3_perf.kernels.bwd_bwd import aux_gluon, stage31_chunkpairs, stage32_banks, terms_gluon
 from mamba3_perf.kernels.bwd_bwd.common import is_hopper
-from mamba3_perf.kernels.checking import check_stage
 
 HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
@@ -67,16 +66,14 @@ def test_layouts_compile_through_the_other_gluon_paths(compile_stage, stage, kno
     ("stage31_chunkpairs", "hop-C8", None), ("stage31_chunkpairs", "hop-P128-C8", None),
     ("stage30_stepdesc", "hop-P128", ("AUX_WARPGROUPS", 2)), ("stage30_stepdesc", "hop-fp16-noD", ("AUX_WARPGROUPS", 2)),
 ])
-def test_layouts_through_the_other_gluon_paths_match_golden_on_hopper(stage, case_id, knob, monkeypatch):
+def test_layouts_through_the_other_gluon_paths_match_golden_on_hopper(cuda_golden, stage, case_id, knob, monkeypatch):
     monkeypatch.setattr(aux_gluon, "TRANSPOSE_LAYOUTS", True)
     monkeypatch.setattr(terms_gluon, "TRANSPOSE_LAYOUTS", True)
     if stage == "stage31_chunkpairs":
         monkeypatch.setattr(aux_gluon, "CHUNK_PAIRS", True)
     if knob:
         monkeypatch.setattr(aux_gluon, *knob)
-    case = get_case(case_id)
-    rows = check_stage(stage, case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden(stage, case_id)
 
 
 NARROW = ("aux_gluon.NARROW_BOXES=1", "terms_gluon.NARROW_BOXES=1")
@@ -97,9 +94,7 @@ def test_narrow_boxes_leave_no_copy_above_its_ideal(compile_stage, shape):
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("case_id", ["hop-N128", "hop-P128", "hop-C8", "hop-fp16-noD"])
-def test_narrow_boxes_match_golden_on_hopper(case_id, monkeypatch):
+def test_narrow_boxes_match_golden_on_hopper(cuda_golden, case_id, monkeypatch):
     monkeypatch.setattr(aux_gluon, "NARROW_BOXES", True)
     monkeypatch.setattr(terms_gluon, "NARROW_BOXES", True)
-    case = get_case(case_id)
-    rows = check_stage("stage32_banks", case, device="cuda", inputs=prepare(case, device="cuda"))
-    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    cuda_golden("stage32_banks", case_id)
