@@ -15,8 +15,10 @@ else: ``griddepcontrol.wait`` (the predecessor has finished, its stores visible)
 :func:`~mamba3_perf.kernels.launching.dependent_launches`), so the next kernel is launched as soon
 as every block of this one has started, and its blocks wait on the SMs for this one to end.
 The arithmetic and the kernels are stage34's; the constexpr PDL is False everywhere else, where
-the call compiles to nothing. CUDA compute capability 9 and later only (PTX griddepcontrol):
-elsewhere (the interpreter, Ascend, older GPUs) this stage is stage34.
+the call compiles to nothing. On Hopper GPUs only (common.is_hopper: compute capability 9;
+griddepcontrol itself needs 9 or later): elsewhere (the interpreter, Ascend, other GPUs) this
+stage is stage34. A kernel another plan of stage34 launches without the parameter (shapes off
+the official grid) launches as in stage34: a plain launch waits for its whole predecessor.
 """
 from __future__ import annotations
 
