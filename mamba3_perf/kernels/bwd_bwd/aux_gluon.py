@@ -157,7 +157,7 @@ def bwd_bwd_aux_gluon_kernel(
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
     num_warps: gl.constexpr,
     PDL: gl.constexpr = False,
-    CHAIN: gl.constexpr = False,
+    CHAIN: gl.constexpr = 0,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -185,13 +185,14 @@ def bwd_bwd_aux_gluon_kernel(
     SL1 (:data:`AUX_RING1`): the slots of the first walk's TMA ring, its blocks issued SL1 - 1
     steps ahead.
 
-    CHAIN (stage36_chainscan): DST ends holding the dstates each chunk sees, not the increments,
-    so no scan follows. Programs take their chunks in ticket order (gluon_common.chain_index,
-    FLAGS[0]), and at each step j of the N walk a program waits for flag (chunk, j) (FLAGS[1:],
-    [B*H*nchunks, N / NB]) of its last chunk, set by the program of the chunk after it once it has
-    stored that chunk's dstates rows of block j; it reads them back (from L2: just written), carries
+    CHAIN (stage36_chainscan; 0: off): DST ends holding the dstates each chunk sees, not the
+    increments, so no scan follows. Programs take their chunks in ticket order
+    (gluon_common.chain_index, FLAGS[0]), and at the first step j of each group of CHAIN steps of
+    the N walk a program waits for flag (chunk, j // CHAIN) (FLAGS[1:], [B*H*nchunks, groups]) of
+    its last chunk, set by the program of the chunk after it once it has stored that chunk's
+    dstates rows of the group's blocks; it reads each block back (from L2: just written), carries
     them over its chunks (dst[c - 1] = dst[c] decay[c] + increment[c], stage17's scan step), stores
-    its first chunk's predecessor's and sets that chunk's flag. The program of a (b, h)'s last chunk
+    its first chunk's predecessor's and, at the group's end, sets that chunk's flag. The program of a (b, h)'s last chunk
     starts from zeros and stores them as that chunk's. Each DST row crosses HBM once (written
     here, read by state_terms) instead of three times (written, scanned, read)."""
     grid_dependency(PDL)
@@ -199,7 +200,7 @@ def bwd_bwd_aux_gluon_kernel(
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
     MT: gl.constexpr = M // R  # steps of the M rows
-    if CHAIN:
+    if CHAIN > 0:
         bhcp, bh, b, h, cp = chunk_coords_of(chain_index(FLAGS, S, CC), S, H, CC)
     else:
         bhcp, bh, b, h, cp = chunk_coords(S, H, CC)
@@ -411,7 +412,8 @@ def bwd_bwd_aux_gluon_kernel(
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
     ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < VR, other=0.0)
-    if CHAIN:
+    if CHAIN > 0:
+        FL: gl.constexpr = (N // NB + CHAIN - 1) // CHAIN  # flags a chunk
         last = bhc + CP - 1  # the program's last chunk: its dstates come from the next program
         head = cp == S // CC - 1  # the (b, h)'s last chunk: dstates 0
         dec_first = gl.load(DECAY_S + bhc)
@@ -511,8 +513,9 @@ def bwd_bwd_aux_gluon_kernel(
         else:
             qr_b = q2_buf.index(slot).load(MB)
         cols = n0 + n_b
-        if CHAIN:  # the last chunk's dstates rows of this block, once the next program has stored them
-            chain_wait(FLAGS + 1 + last * STEPS2 + j, head)
+        if CHAIN > 0:  # the last chunk's dstates rows of this block, once the next program has stored them
+            if j % CHAIN == 0:
+                chain_wait(FLAGS + 1 + last * FL + j // CHAIN, head)
             d_in = DST_S + (last * N + cols[None, :]) * P + i_b[:, None]
             dst = gl.load(d_in, mask=(i_b < P)[:, None] & tail, other=0.0, cache_modifier=".cg")
             if PR > M:
@@ -521,7 +524,7 @@ def bwd_bwd_aux_gluon_kernel(
             inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
             if CP == 2:
                 inc2_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc2_hi,))
-            if CHAIN:
+            if CHAIN > 0:
                 _chain_rows(DST_S + M, dst_hi, inc_hi, inc2_hi if CP == 2 else inc_hi, dec_first, dec_last, bhc,
                             head, c, cols, i_b, i_b < M, N, P, CP)
             else:
@@ -531,16 +534,16 @@ def bwd_bwd_aux_gluon_kernel(
         if CP == 2:
             inc, inc2, dks, dqr, dq_raw, dq_raw2 = warpgroup_mma_wait(
                 num_outstanding=0, deps=(inc, inc2, dks, dqr, dq_raw, dq_raw2))
-            if not CHAIN:
+            if CHAIN == 0:
                 gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + i_b[:, None], inc2, mask=(i_b < P)[:, None])
             dq_raw = gl.where((i_b < CR)[:, None], dq_raw, dq_raw2)
         else:
             inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
-        if CHAIN:
+        if CHAIN > 0:
             _chain_rows(DST_S, dst, inc, inc2 if CP == 2 else inc, dec_first, dec_last, bhc, head, c, cols, i_b,
                         i_b < P, N, P, CP)
-            if c > 0:
-                chain_signal(FLAGS + 1 + (bhc - 1) * STEPS2 + j)
+            if (c > 0) & ((j % CHAIN == CHAIN - 1) | (j == STEPS2 - 1)):
+                chain_signal(FLAGS + 1 + (bhc - 1) * FL + j // CHAIN)
         else:
             gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < VR)[:, None])
@@ -656,7 +659,7 @@ def supports_rotation(meta) -> bool:
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
-               narrow_boxes: bool | None = None, chain: bool = False, **_ignored) -> None:
+               narrow_boxes: bool | None = None, chain: int = 0, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -667,8 +670,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
-    (:data:`NARROW_BOXES`, the default); ``chain``: the kernel's CHAIN, DST left holding the dstates
-    (stage36), its flags zeroed here."""
+    (:data:`NARROW_BOXES`, the default); ``chain``: the kernel's CHAIN (steps a flag; 0 off), DST left
+    holding the dstates (stage36), its flags zeroed here."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -692,9 +695,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         qk = [row_blocks(s[n], N, [WG_ROWS, nb], 32 if narrow and nb == AUX_NB else None)
               for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
-    # CHAIN's ticket and a flag per (b, h, chunk, step of the second walk); else unread
-    flags = (torch.zeros(1 + meta.B * meta.H * meta.nchunks * (N // nb2), dtype=torch.int32, device=s["DST"].device)
-             if chain else s["DST"])
+    # CHAIN's ticket and a flag per (b, h, chunk, group of CHAIN steps of the second walk); else unread
+    flags = (torch.zeros(1 + meta.B * meta.H * meta.nchunks * -(-(N // nb2) // chain), dtype=torch.int32,
+                         device=s["DST"].device) if chain else s["DST"])
     launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         *qk, row_blocks(x["states"], meta.P, [nb2, meta.P], 64 if narrow else None),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
@@ -707,5 +710,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
-        num_warps=4 * AUX_WARPGROUPS, CHAIN=chain,
+        num_warps=4 * AUX_WARPGROUPS, CHAIN=int(chain),
     )

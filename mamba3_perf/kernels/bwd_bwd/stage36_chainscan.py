@@ -23,8 +23,14 @@ from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage34_poststeps
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
+# steps of the aux's N walk a flag covers (aux_gluon's CHAIN): each flag's acquire and release
+# fence the program's memory, so fewer flags cost less, while the program after must then wait
+# for more of the walk before it. 0: no chain, stage34's launches (the sweep's baseline)
+STEPS_PER_FLAG = 2
+
+
 def run(x: dict, out: dict, meta) -> None:
-    stage25_subchunk.run_with(x, out, meta, **stage34_poststeps.plan(x, meta), chain_scan=True)
+    stage25_subchunk.run_with(x, out, meta, **stage34_poststeps.plan(x, meta), chain_scan=STEPS_PER_FLAG)
 
 
 STAGE = register_stage(StageSpec(
