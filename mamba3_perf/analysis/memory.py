@@ -177,12 +177,6 @@ STAGE_BUFFERS["stage33_chunksum"] = STAGE_BUFFERS["stage32_banks"]
 STAGE_BUFFERS["stage34_poststeps"] = STAGE_BUFFERS["stage33_chunksum"]
 # stage35 launches stage34's kernels as dependent launches: the same buffers
 STAGE_BUFFERS["stage35_pdl"] = STAGE_BUFFERS["stage34_poststeps"]
-# stage36's aux also holds the dstates block it reads back [P, NB] (registers); where it chains,
-# no scan runs, but the scan part stays for the shapes it does not (the streamed aux's)
-STAGE_BUFFERS["stage36_chainscan"] = {
-    **STAGE_BUFFERS["stage34_poststeps"],
-    "aux": STAGE_BUFFERS["stage34_poststeps"]["aux"] + (_B("dstates block [P,NB]", ("P", "NB"), where="regs"),),
-}
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

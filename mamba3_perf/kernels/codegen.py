@@ -33,7 +33,6 @@ import os
 import re
 import sys
 import time
-from collections import Counter
 
 SM90 = ("cuda", 90, 32)
 _MMA = re.compile(r"nvidia_mma<\{versionMajor = (\d+)[^}]*instrShape = \[([\d, ]+)\]")
@@ -164,16 +163,6 @@ def compile_launch(fn, args: tuple, kwargs: dict, *, target=SM90, prec: str | No
     return kernel, opts
 
 
-_SYNC_OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?((?:griddepcontrol|atom|red)\.[\w:.]+|ld(?:\.[\w:]+)*\.acquire(?:\.[\w:]+)*)",
-                      re.M)
-
-
-def sync_ops(ptx: str) -> dict[str, int]:
-    """How many of each instruction that orders a program against others a PTX holds: griddepcontrol
-    (programmatic dependent launch), atom / red (global atomics), acquiring loads. {opcode: count}."""
-    return dict(sorted(Counter(m.group(1) for m in _SYNC_OP.finditer(ptx)).items()))
-
-
 def mma_shapes(ttgir: str) -> list[dict]:
     """The MMA encodings of a TTGIR module: version (3 = Hopper wgmma) and instruction shape."""
     return [{"version": int(v), "instr": [int(x) for x in s.split(",")]} for v, s in _MMA.findall(ttgir)]
@@ -288,7 +277,6 @@ def _compile_or_warm(a) -> None:
         print(json.dumps({"kernel": fn.__name__, **opts, "shared": k.metadata.shared,
                           "programs_per_sm_by_shared": by_shared,
                           "mma": mma_shapes(k.asm["ttgir"]), "ring": tma_ring(k.asm["ttgir"]),
-                          "sync": sync_ops(k.asm["ptx"]),
                           "keywords": consts, **extra,
                           "seconds": round(time.time() - t0, 1)}),
               flush=True)

@@ -27,7 +27,6 @@ P <= 64 those branches are not taken: the same PTX as before them.
 """
 from __future__ import annotations
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -37,8 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, at_step, block_col, chain_index, chain_signal, chain_wait, chunk_coords, chunk_coords_of, cta_barrier,
-    dot3, finish_pair, grid_dependency, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, grid_dependency, input_rows,
+    release_ring, ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -123,26 +122,6 @@ def _weighted_operands(dkqw, AB: gl.constexpr, SS_L: gl.constexpr):
     return wa_hi, wa_lo, wth_s
 
 
-@gluon.jit
-def _chain_rows(DST, dst, inc, inc_last, dec_first, dec_last, bhc, head, c, cols, i_b, rows, N: gl.constexpr,
-                P: gl.constexpr, CP: gl.constexpr):
-    """CHAIN's stores of one block's rows (``rows`` of the [M, NB] tiles; DST offset to them): ``dst``,
-    the dstates the program's last chunk sees (0 at the head: stored there as that chunk's), carried
-    over its chunks by stage17's scan step with their increments (``inc`` the first chunk's,
-    ``inc_last`` the second's at CP = 2): at CP = 2 the first chunk's dstates, and the dstates of the
-    chunk before the program's (not at c = 0)."""
-    m = rows[:, None] & (cols < N)[None, :]
-    if CP == 2:
-        if head:
-            gl.store(DST + ((bhc + 1) * N + cols[None, :]) * P + i_b[:, None], dst, mask=m)
-        dst = dst * dec_last + inc_last
-        gl.store(DST + (bhc * N + cols[None, :]) * P + i_b[:, None], dst, mask=m)
-    elif head:
-        gl.store(DST + (bhc * N + cols[None, :]) * P + i_b[:, None], dst, mask=m)
-    if c > 0:
-        gl.store(DST + ((bhc - 1) * N + cols[None, :]) * P + i_b[:, None], dst * dec_first + inc, mask=m)
-
-
 @gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
 def bwd_bwd_aux_gluon_kernel(
     q1_desc, k1_desc, q2_desc, k2_desc, st_desc,
@@ -150,14 +129,13 @@ def bwd_bwd_aux_gluon_kernel(
     DPSIV_S, DKS_S, DQR_S, DDP_S, GDB_S, DST_S,
     DSSDA, DGAM, DDACS,
     DOUT, V, MV, MO,
-    QBIAS, KBIAS, COS_S, SIN_S, DQ, DANG, KIN, DECAY_S, FLAGS,
+    QBIAS, KBIAS, COS_S, SIN_S, DQ, DANG, KIN,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
     num_warps: gl.constexpr,
     PDL: gl.constexpr = False,
-    CHAIN: gl.constexpr = 0,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -183,27 +161,13 @@ def bwd_bwd_aux_gluon_kernel(
     to 4x (the [M, P] parts).
 
     SL1 (:data:`AUX_RING1`): the slots of the first walk's TMA ring, its blocks issued SL1 - 1
-    steps ahead.
-
-    CHAIN (stage36_chainscan; 0: off): DST ends holding the dstates each chunk sees, not the
-    increments, so no scan follows. Programs take their chunks in ticket order
-    (gluon_common.chain_index, FLAGS[0]), and at the first step j of each group of CHAIN steps of
-    the N walk a program waits for flag (chunk, j // CHAIN) (FLAGS[1:], [B*H*nchunks, groups]) of
-    its last chunk, set by the program of the chunk after it once it has stored that chunk's
-    dstates rows of the group's blocks; it reads each block back (from L2: just written), carries
-    them over its chunks (dst[c - 1] = dst[c] decay[c] + increment[c], stage17's scan step), stores
-    its first chunk's predecessor's and, at the group's end, sets that chunk's flag. The program of a (b, h)'s last chunk
-    starts from zeros and stores them as that chunk's. Each DST row crosses HBM once (written
-    here, read by state_terms) instead of three times (written, scanned, read)."""
+    steps ahead."""
     grid_dependency(PDL)
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
     MT: gl.constexpr = M // R  # steps of the M rows
-    if CHAIN > 0:
-        bhcp, bh, b, h, cp = chunk_coords_of(chain_index(FLAGS, S, CC), S, H, CC)
-    else:
-        bhcp, bh, b, h, cp = chunk_coords(S, H, CC)
+    bhcp, bh, b, h, cp = chunk_coords(S, H, CC)
     bhc = bhcp * CP  # the first chunk's
     c = cp * CP
     row_st = (bhc * N).to(gl.int32)
@@ -412,13 +376,6 @@ def bwd_bwd_aux_gluon_kernel(
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
     n_b = gl.arange(0, NB, layout=gl.SliceLayout(0, MB))
     ecs_b = gl.load(ECS_S + bh * S + c * C + i_b // R, mask=i_b < VR, other=0.0)
-    if CHAIN > 0:
-        FL: gl.constexpr = (N // NB + CHAIN - 1) // CHAIN  # flags a chunk
-        last = bhc + CP - 1  # the program's last chunk: its dstates come from the next program
-        head = cp == S // CC - 1  # the (b, h)'s last chunk: dstates 0
-        dec_first = gl.load(DECAY_S + bhc)
-        dec_last = gl.load(DECAY_S + last)
-        tail = (cp < S // CC - 1) & (n_b < NB)[None, :]  # [1, NB]: all true but at the head
     if TL:
         i_w = gl.arange(0, M, layout=gl.SliceLayout(1, QKL))
         ts_w = gl.load(TS_S + bh * S + c * C + i_w // R, mask=i_w < VR, other=0.0)
@@ -513,39 +470,20 @@ def bwd_bwd_aux_gluon_kernel(
         else:
             qr_b = q2_buf.index(slot).load(MB)
         cols = n0 + n_b
-        if CHAIN > 0:  # the last chunk's dstates rows of this block, once the next program has stored them
-            if j % CHAIN == 0:
-                chain_wait(FLAGS + 1 + last * FL + j // CHAIN, head)
-            d_in = DST_S + (last * N + cols[None, :]) * P + i_b[:, None]
-            dst = gl.load(d_in, mask=(i_b < P)[:, None] & tail, other=0.0, cache_modifier=".cg")
-            if PR > M:
-                dst_hi = gl.load(d_in + M, mask=(i_b < M)[:, None] & tail, other=0.0, cache_modifier=".cg")
         if PR > M:
             inc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc_hi,))
+            gl.store(DST_S + (bhc * N + cols[None, :]) * P + M + i_b[:, None], inc_hi)  # rows: p - M
             if CP == 2:
                 inc2_hi = warpgroup_mma_wait(num_outstanding=0, deps=(inc2_hi,))
-            if CHAIN > 0:
-                _chain_rows(DST_S + M, dst_hi, inc_hi, inc2_hi if CP == 2 else inc_hi, dec_first, dec_last, bhc,
-                            head, c, cols, i_b, i_b < M, N, P, CP)
-            else:
-                gl.store(DST_S + (bhc * N + cols[None, :]) * P + M + i_b[:, None], inc_hi)  # rows: p - M
-                if CP == 2:
-                    gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + M + i_b[:, None], inc2_hi)
+                gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + M + i_b[:, None], inc2_hi)
         if CP == 2:
             inc, inc2, dks, dqr, dq_raw, dq_raw2 = warpgroup_mma_wait(
                 num_outstanding=0, deps=(inc, inc2, dks, dqr, dq_raw, dq_raw2))
-            if CHAIN == 0:
-                gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + i_b[:, None], inc2, mask=(i_b < P)[:, None])
+            gl.store(DST_S + ((bhc + 1) * N + cols[None, :]) * P + i_b[:, None], inc2, mask=(i_b < P)[:, None])
             dq_raw = gl.where((i_b < CR)[:, None], dq_raw, dq_raw2)
         else:
             inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
-        if CHAIN > 0:
-            _chain_rows(DST_S, dst, inc, inc2 if CP == 2 else inc, dec_first, dec_last, bhc, head, c, cols, i_b,
-                        i_b < P, N, P, CP)
-            if (c > 0) & ((j % CHAIN == CHAIN - 1) | (j == STEPS2 - 1)):
-                chain_signal(FLAGS + 1 + (bhc - 1) * FL + j // CHAIN)
-        else:
-            gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
+        gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < VR)[:, None])
         dqf = dqr + dq_raw * ecs_b[:, None]  # dQ's rotated-domain rows of the block
         if FIN:
@@ -659,7 +597,7 @@ def supports_rotation(meta) -> bool:
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
-               narrow_boxes: bool | None = None, chain: int = 0, **_ignored) -> None:
+               narrow_boxes: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -670,8 +608,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
-    (:data:`NARROW_BOXES`, the default); ``chain``: the kernel's CHAIN (steps a flag; 0 off), DST left
-    holding the dstates (stage36), its flags zeroed here."""
+    (:data:`NARROW_BOXES`, the default)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -695,20 +632,17 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         qk = [row_blocks(s[n], N, [WG_ROWS, nb], 32 if narrow and nb == AUX_NB else None)
               for nb in (AUX_NB1, nb2) for n in ("QR", "KR")]
         rot = (x["q_bias"], x["k_bias"], x["q_bias"], x["k_bias"])  # unread
-    # CHAIN's ticket and a flag per (b, h, chunk, group of CHAIN steps of the second walk); else unread
-    flags = (torch.zeros(1 + meta.B * meta.H * meta.nchunks * -(-(N // nb2) // chain), dtype=torch.int32,
-                         device=s["DST"].device) if chain else s["DST"])
     launching.launch(bwd_bwd_aux_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         *qk, row_blocks(x["states"], meta.P, [nb2, meta.P], 64 if narrow else None),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
         out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
-        *rot, out["DQ"], out["DANGLES"], x["k"], s["DECAY"], flags,
+        *rot, out["DQ"], out["DANGLES"], x["k"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
-        num_warps=4 * AUX_WARPGROUPS, CHAIN=int(chain),
+        num_warps=4 * AUX_WARPGROUPS,
     )

@@ -75,43 +75,9 @@ def chunks_per_program(meta, pairs: bool) -> int:
 @gluon.jit
 def chunk_coords(S, H, C: gl.constexpr):
     """(bhc, bh, b, h, c) of a program on a (B*H*nchunks) grid (common.chunk_coords in Gluon)."""
-    return chunk_coords_of(gl.program_id(0).to(gl.int64), S, H, C)
-
-
-@gluon.jit
-def chunk_coords_of(bhc, S, H, C: gl.constexpr):
-    """:func:`chunk_coords` of the program that works (b, h, chunk) index ``bhc``."""
+    bhc = gl.program_id(0).to(gl.int64)
     bh = bhc // (S // C)
     return bhc, bh, bh // H, bh % H, bhc % (S // C)
-
-
-@gluon.jit
-def chain_index(FLAGS, S, C: gl.constexpr):
-    """The (b, h, chunk) index a program of a chained walk works, from a ticket (FLAGS[0], zero at
-    launch, counts the programs that have started): tickets in start order, every (b, h)'s last
-    chunk first, then every one's last but one, and so on. A program waits only on the chunk after
-    its own, whose ticket is lower, so it waits only on a program that has started: no deadlock
-    whatever order the GPU starts programs in."""
-    t = gl.atomic_add(FLAGS, 1, sem="relaxed", scope="gpu").to(gl.int64)
-    chunks = S // C
-    heads = gl.num_programs(0) // chunks
-    return (t % heads) * chunks + (chunks - 1 - t // heads)
-
-
-@gluon.jit
-def chain_wait(FLAG, ready):
-    """Spin until FLAG is set (acquire: what its setter stored before it is visible after);
-    ``ready`` true: no wait."""
-    ok = ready.to(gl.int32)
-    while ok == 0:
-        ok = gl.atomic_add(FLAG, 0, sem="acquire", scope="gpu")
-
-
-@gluon.jit
-def chain_signal(FLAG):
-    """Set FLAG once every warp's stores before it are done (release, at GPU scope)."""
-    cta_barrier()
-    gl.atomic_xchg(FLAG, 1, sem="release", scope="gpu")
 
 
 @gluon.jit

@@ -121,24 +121,16 @@ def splits_pass(meta) -> bool:
     return meta.C * meta.R >= 64 and meta.P >= 64
 
 
-def scanned_by_aux(x: dict, s: dict, meta, *, inputs: bool = False) -> None:
-    """The state pass where the aux has run the scan itself (stage36_chainscan): nothing to launch."""
-
-
 def run_with(x: dict, out: dict, meta, *, aux_increments: bool = False, split: bool | None = None,
-             chain_scan: bool = False, **kw) -> None:
+             **kw) -> None:
     """stage17's pipeline; ``aux_increments``: where the pass splits, the aux forms the
     increments and only the scan is launched here (stage20); ``split``: whether the pass splits,
-    in place of :func:`splits_pass` (stage24); ``chain_scan`` (with ``aux_increments``): the aux
-    leaves the dstates themselves, no scan is launched (stage36); ``kw``: more
-    stage16_regcap.run_with keywords (stage18)."""
-    if chain_scan and not aux_increments:
-        raise ValueError("chain_scan: only where the aux forms the increments (aux_increments)")
+    in place of :func:`splits_pass` (stage24); ``kw``: more stage16_regcap.run_with keywords
+    (stage18)."""
     if not (splits_pass(meta) if split is None else split):
         stage16_regcap.run_with(x, out, meta, **kw)
     elif aux_increments:
-        stage16_regcap.run_with(x, out, meta, state_pass=scanned_by_aux if chain_scan else launch_scan,
-                                aux_increments=True, **kw)
+        stage16_regcap.run_with(x, out, meta, state_pass=launch_scan, aux_increments=True, **kw)
     else:
         stage16_regcap.run_with(x, out, meta, state_pass=launch_scan_pass, **kw)
 

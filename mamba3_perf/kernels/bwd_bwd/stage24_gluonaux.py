@@ -51,20 +51,16 @@ def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None, chunk_pairs: bool 
 
 
 def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc: bool = False,
-             aux_pairs: bool | None = None, transpose_layouts: bool = False, chain_scan: int = 0,
-             **kw) -> None:
+             aux_pairs: bool | None = None, transpose_layouts: bool = False, **kw) -> None:
     """stage24's pipeline; ``wide_p``, ``aux_pairs``: :func:`uses_gluon_aux`'s ``wide_p`` (stage26)
     and ``chunk_pairs`` (stage31), the latter also launch_aux's; ``step_desc``: the Gluon aux's
-    launch_aux keyword (stage30); ``transpose_layouts``: both Gluon kernels' (stage32);
-    ``chain_scan``: where the Gluon aux runs, it leaves the dstates (launch_aux's ``chain``, steps a
-    flag; 0 off) and no scan follows (stage36); ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
+    launch_aux keyword (stage30); ``transpose_layouts``: both Gluon kernels' (stage32); ``kw``:
+    more stage23_gluonterms.run_with keywords (stage25)."""
     launch = {k: True for k, on in (("step_desc", step_desc), ("transpose_layouts", transpose_layouts)) if on}
-    if chain_scan:
-        launch["chain"] = chain_scan
     if aux_pairs is not None:
         launch["chunk_pairs"] = aux_pairs
     aux = functools.partial(aux_gluon.launch_aux, **launch) if launch else aux_gluon.launch_aux
-    gluon = (dict(aux=aux, split=True, aux_increments=True, **({"chain_scan": True} if chain_scan else {}))
+    gluon = (dict(aux=aux, split=True, aux_increments=True)
              if uses_gluon_aux(x, meta, wide_p, aux_pairs) else {})
     stage23_gluonterms.run_with(x, out, meta, transpose_layouts=transpose_layouts, **gluon, **kw)
 
