@@ -175,8 +175,6 @@ STAGE_BUFFERS["stage32_banks"] = STAGE_BUFFERS["stage31_chunkpairs"]
 STAGE_BUFFERS["stage33_chunksum"] = STAGE_BUFFERS["stage32_banks"]
 # stage34 launches the same post kernel on sub-chunks: the same buffers
 STAGE_BUFFERS["stage34_poststeps"] = STAGE_BUFFERS["stage33_chunksum"]
-# stage35 launches stage34's kernels as dependent launches: the same buffers
-STAGE_BUFFERS["stage35_pdl"] = STAGE_BUFFERS["stage34_poststeps"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

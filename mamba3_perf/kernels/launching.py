@@ -22,9 +22,6 @@ it) takes the JIT's own path, as does every kernel on the interpreter.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import torch
 
 try:
@@ -111,47 +108,9 @@ def _bind_tail(kernel, device, args: tuple, kwargs: dict, by_value: frozenset) -
                  for n, v in list(bound.items())[len(args):])
 
 
-# programmatic dependent launch (stage35_pdl): inside :func:`dependent_launches`, a kernel with a
-# ``PDL`` constexpr (common.grid_dependency) launches with PDL=True and ``launch_pdl``
-_PDL = contextvars.ContextVar("mamba3_perf_pdl", default=False)
-
-
-@contextlib.contextmanager
-def dependent_launches(on: bool = True):
-    """Inside, every launch of a kernel that declares a ``PDL`` constexpr is a programmatic
-    dependent launch (CUDA, compute capability 9 and later): the kernel gets PDL=True, which makes
-    it wait for its predecessor in the stream before anything else, and the launch option
-    ``launch_pdl``, which lets it launch while that predecessor's last blocks run. Kernels without
-    the parameter launch as before (a plain launch waits for the whole predecessor)."""
-    token = _PDL.set(on)
-    try:
-        yield
-    finally:
-        _PDL.reset(token)
-
-
-def _with_pdl(run, kernel):
-    """``run`` with PDL=True and launch_pdl added to each launch's keywords where ``kernel`` has a
-    PDL constexpr."""
-    if "PDL" not in getattr(kernel, "arg_names", ()):
-        return run
-
-    def pdl_run(*args, **kwargs):
-        return run(*args, **kwargs, PDL=True, launch_pdl=True)
-
-    return pdl_run
-
-
 def launch(kernel, grid):
     """``kernel[grid]``: a callable launching ``kernel`` on ``grid`` with its arguments (module
-    docstring); inside :func:`dependent_launches`, a programmatic dependent launch where the kernel
-    takes one."""
-    if _PDL.get():
-        return _with_pdl(_launch(kernel, grid), kernel)
-    return _launch(kernel, grid)
-
-
-def _launch(kernel, grid):
+    docstring)."""
     if not _fast(kernel):
         return kernel[grid]
 

@@ -35,4 +35,3 @@ from mamba3_perf.kernels.bwd_bwd import stage31_chunkpairs  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage32_banks  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage33_chunksum  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage34_poststeps  # noqa: F401
-from mamba3_perf.kernels.bwd_bwd import stage35_pdl  # noqa: F401

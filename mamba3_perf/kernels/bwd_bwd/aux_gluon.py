@@ -36,8 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, grid_dependency, input_rows,
-    release_ring, ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
+    rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -135,7 +135,6 @@ def bwd_bwd_aux_gluon_kernel(
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
     num_warps: gl.constexpr,
-    PDL: gl.constexpr = False,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -162,7 +161,6 @@ def bwd_bwd_aux_gluon_kernel(
 
     SL1 (:data:`AUX_RING1`): the slots of the first walk's TMA ring, its blocks issued SL1 - 1
     steps ahead."""
-    grid_dependency(PDL)
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)

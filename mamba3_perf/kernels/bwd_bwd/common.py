@@ -124,18 +124,6 @@ CHUNK_LAUNCH = dict(num_warps=8)
 
 
 @triton.jit
-def grid_dependency(PDL: tl.constexpr):
-    """With PDL (a kernel launched with ``launch_pdl``: stage35_pdl, Hopper and later only): wait
-    until the kernel before it in the stream has finished and its stores are visible
-    (``griddepcontrol.wait``), then let the next one launch (``griddepcontrol.launch_dependents``:
-    its blocks take the SMs this kernel's last blocks leave). Call it first, before any load or
-    store. Without PDL nothing: the same code as a kernel without the call."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
 def tf32_split(x):
     """fp32 ``x`` as hi + lo, exactly: hi rounded to TF32 (10 mantissa bits; to nearest, ties
     away from zero, as PTX's cvt.rna.tf32.f32 rounds finite values), lo = x - hi, whose own

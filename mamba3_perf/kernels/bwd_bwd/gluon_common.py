@@ -21,16 +21,6 @@ GL_DTYPES = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16, torch.float
 
 
 @gluon.jit
-def grid_dependency(PDL: gl.constexpr):
-    """common.grid_dependency for a Gluon kernel (the same two PTX instructions)."""
-    if PDL:
-        gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
-                                  pack=1)
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
-
-
-@gluon.jit
 def tf32_split(x):
     """common.tf32_split in Gluon: x = hi + lo exactly, hi rounded to TF32."""
     bits = x.to(gl.uint32, bitcast=True)

@@ -16,8 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage7_streamaux, stage9_termsblock, stage10_fewscratch
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, grid_dependency, load_biased, rot_cols, store_angle_cs, store_chunk_scalars,
-    store_dangles,
+    angle_grad_pair, chunk_frame, load_biased, rot_cols, store_angle_cs, store_chunk_scalars, store_dangles,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -36,13 +35,11 @@ def bwd_bwd_pre_steptrig_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, QK_INPUTS: tl.constexpr = False, COS_S=None, SIN_S=None,
     ROT_CS: tl.constexpr = False,
-    PDL: tl.constexpr = False,
 ):
     """stage1's pre kernel with the rotary on [C, R, BN] tiles (cos / sin on [C, 1, BN]).
     QK_INPUTS: QB / KB are not stored (their readers load q / k) though PsiV / dPhiO are
     (launch_pre's ``qk_inputs``). ROT_CS: cos / sin of the angles to COS_S / SIN_S in place of
     QR / KR (stage21_halves' pre kernel's)."""
-    grid_dependency(PDL)
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -146,7 +143,6 @@ def bwd_bwd_post_steptrig_kernel(
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
     GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
-    PDL: tl.constexpr = False,
 ):
     """prod's post kernel on [C, R, *] tiles: cos / sin of each step's angles once, broadcast
     over the ranks; DANGLES sums the ranks of a [C, R, RD] tile. DIAG_BLOCKS (stage13): the
@@ -154,7 +150,6 @@ def bwd_bwd_post_steptrig_kernel(
     R fp32 multiply-adds per element, instead of the aux's DQD / DKD rows. HEADS_INNER: program
     ids in (b, chunk, head) order (common.chunk_coords; a stage25 knob). K_DONE: state_terms
     stored DK and DANGLES' k half (terms_gluon's FIN); only dQ here, and DANGLES' q half added."""
-    grid_dependency(PDL)
     b, h, c, bh, bhc, i, _ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     CR: tl.constexpr = C * R
     n, partner, sgn, jn, rot = rot_cols(N, RD, BN)

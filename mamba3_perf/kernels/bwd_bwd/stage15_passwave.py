@@ -28,7 +28,7 @@ from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import (
     stage6_statepass, stage11_steptrig, stage12_pipeaux, stage13_diagpost, stage14_latesums,
 )
-from mamba3_perf.kernels.bwd_bwd.common import dot_precision, grid_dependency, pow2
+from mamba3_perf.kernels.bwd_bwd.common import dot_precision, pow2
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -39,11 +39,9 @@ def bwd_bwd_state_pass_wave_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BP: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """stage6's state pass on a (B*H, N/BNB) grid of transposed [BP, BNB] dstates tiles, all of P
     per program (stage6_statepass.state_pass_loop with TRANS)."""
-    grid_dependency(PDL)
     stage6_statepass.state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO,
                                      tl.program_id(0).to(tl.int64), tl.program_id(1) * BNB + tl.arange(0, BNB),
                                      tl.arange(0, BP), S, H, N, P, C, R, BNB, BP, PREC, REDUCE_O, INPUTS, True)

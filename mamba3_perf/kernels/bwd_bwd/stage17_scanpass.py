@@ -31,9 +31,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage6_statepass, stage15_passwave, stage16_regcap
-from mamba3_perf.kernels.bwd_bwd.common import (
-    chunk_coords, dot_precision, fdot, grid_dependency, pow2, store_state_tile_t,
-)
+from mamba3_perf.kernels.bwd_bwd.common import chunk_coords, dot_precision, fdot, pow2, store_state_tile_t
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 SCAN_BLOCK = 1024  # [N, P] elements per scan program
@@ -64,13 +62,11 @@ def bwd_bwd_pass_increment_kernel(
 def bwd_bwd_pass_scan_kernel(
     DECAY_S, DST_S, NP, nc,
     BLOCK: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """The recurrence over the chunks of (b, h) = program 0 for [N, P] elements
     [j*BLOCK, j*BLOCK + BLOCK), in place over the terms the increment kernel left in DST: each
     chunk's slot ends holding the dstates that chunk sees. Each step loads the term of the chunk
     two steps on, so the next two are in registers when their steps begin."""
-    grid_dependency(PDL)
     bh = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = e < NP

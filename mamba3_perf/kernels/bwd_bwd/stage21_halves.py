@@ -50,8 +50,8 @@ import triton.language as tl
 
 from mamba3_perf.kernels.bwd_bwd import stage1_pre, stage18_widechunk, stage20_auxinc
 from mamba3_perf.kernels.bwd_bwd.common import (
-    angle_grad_pair, chunk_frame, grid_dependency, load_biased, store_angle_cs, store_chunk_decay,
-    store_chunk_scalars, store_dangles, store_step_scalars,
+    angle_grad_pair, chunk_frame, load_biased, store_angle_cs, store_chunk_decay, store_chunk_scalars,
+    store_dangles, store_step_scalars,
 )
 from mamba3_perf.kernels.bwd_bwd.stage11_steptrig import (
     _diag_terms, _pre_rotation_rows, _reloaded_angle_grads, _store_cube,
@@ -81,7 +81,6 @@ def bwd_bwd_pre_halves_kernel(
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, SUB: tl.constexpr = 1, HEADS_INNER: tl.constexpr = False,
     QK_INPUTS: tl.constexpr = False, COS_S=None, SIN_S=None, ROT_CS: tl.constexpr = False,
-    PDL: tl.constexpr = False,
 ):
     """stage11's pre kernel (bwd_bwd_pre_steptrig_kernel's signature) on half tiles: xr_j =
     cos x_j - sin x_j', xr_j' = cos x_j' + sin x_j with j' = j + N/2. SUB > 1: a program holds
@@ -92,7 +91,6 @@ def bwd_bwd_pre_halves_kernel(
     are (launch_pre's ``qk_inputs``). ROT_CS: cos / sin of the angles to COS_S / SIN_S
     ([B, S, H, RD], as ANG) in place of the rotated rows QR / KR, which the Gluon aux and
     state_terms then form themselves (launch_pre's ``rot_inline``)."""
-    grid_dependency(PDL)
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R, HEADS_INNER)
     hq = h // (H // G)
     CR: tl.constexpr = C * R
@@ -197,11 +195,9 @@ def bwd_bwd_post_halves_kernel(
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
     GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
-    PDL: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) with dQ / dK on half
     tiles, DANGLES as stage11 forms it."""
-    grid_dependency(PDL)
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
                  C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, False, HEADS_INNER, K_DONE)
 
@@ -214,11 +210,9 @@ def bwd_bwd_post_halves_regs_kernel(
     S, H, G, N, RD,
     C: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, BRD: tl.constexpr, INPUTS: tl.constexpr,
     GDB_S, DIAG_BLOCKS: tl.constexpr, HEADS_INNER: tl.constexpr = False, K_DONE: tl.constexpr = False,
-    PDL: tl.constexpr = False,
 ):
     """stage11's post kernel (bwd_bwd_post_steptrig_kernel's signature) on half tiles, DANGLES
     from the rotated-domain rows in registers and the pre-rotation halves."""
-    grid_dependency(PDL)
     _post_halves(ANG, QB_S, KB_S, DQR_S, DKR_S, DQD_S, DKD_S, DQ, DK, DANG, Q, K, QBIAS, KBIAS, S, H, G, N, RD,
                  C, R, BN, BRD, INPUTS, GDB_S, DIAG_BLOCKS, True, HEADS_INNER, K_DONE)
 

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage32_banks
-from mamba3_perf.kernels.bwd_bwd.common import grid_dependency, scalar_ptr_or_dummy
+from mamba3_perf.kernels.bwd_bwd.common import scalar_ptr_or_dummy
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
 
@@ -26,11 +26,9 @@ def bwd_bwd_chunk_sum_wide_kernel(
     DMV, DD,  # DMIMO_V [B, H, R, P]; DD [B, H]
     nc, RP,
     BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_D: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """Program (bh, j): DMIMO_V[bh] elements [j*BLOCK, j*BLOCK + BLOCK) of its R*P, the sum of
     the chunks' parts, CHUNKS chunks a load; program j = 0 also DD[bh]."""
-    grid_dependency(PDL)
     bh = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     e = j * BLOCK + tl.arange(0, BLOCK)

@@ -23,8 +23,8 @@ import triton.language as tl
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage5_rankloop
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision, dstates_step,
-    fdot, fused_rows, grid_dependency, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, dot_precision,
+    dstates_step, fdot, fused_rows, load_rows, load_state_tile, load_time, pow2, scalar_ptr_or_dummy,
     state_k_terms, store_rows, store_state_tile_t, store_value_sums, value_grads, vec_to_time,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
@@ -91,10 +91,8 @@ def bwd_bwd_state_pass_kernel(
     S, H, N, P,
     C: tl.constexpr, R: tl.constexpr, BNB: tl.constexpr, BPB: tl.constexpr, PREC: tl.constexpr,
     REDUCE_O: tl.constexpr, INPUTS: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """The state pass on a (B*H, N/BNB, P/BPB) grid of [BNB, BPB] dstates tiles (state_pass_loop)."""
-    grid_dependency(PDL)
     state_pass_loop(QR_S, DPHIO_S, ECS_S, DECAY_S, DST_S, DOUT, V, MV, MO, tl.program_id(0).to(tl.int64),
                     tl.program_id(1) * BNB + tl.arange(0, BNB), tl.program_id(2) * BPB + tl.arange(0, BPB),
                     S, H, N, P, C, R, BNB, BPB, PREC, REDUCE_O, INPUTS, False)

@@ -22,10 +22,9 @@ import triton.language as tl
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import prod, stage1_pre, stage2_aux, stage5_rankloop, stage6_statepass
 from mamba3_perf.kernels.bwd_bwd.common import (
-    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, grid_dependency,
-    load_biased_rows, load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy,
-    score_grads, score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time,
-    wt_rows,
+    AUX_SCRATCH, PRE_SCRATCH, alloc_scratch, blocks, chunk_frame, chunk_psiv_dphio, fdot, load_biased_rows,
+    load_qkd, load_rows, load_state_tile, load_time, local_dpsiv, scalar_ptr_or_dummy, score_grads,
+    score_weights, split_precisions, state_q_products, store_rows, store_state_tile_t, vec_to_time, wt_rows,
 )
 from mamba3_perf.kernels.registry import KernelSpec, StageSpec, Tag, register_stage
 
@@ -53,7 +52,6 @@ def bwd_bwd_aux_streamed_kernel(
     PREC: tl.constexpr, PLO: tl.constexpr, PQ: tl.constexpr, REDUCE_O: tl.constexpr,
     INPUTS: tl.constexpr, DIAG_BLOCKS: tl.constexpr, LATE_SUMS: tl.constexpr, INCREMENTS: tl.constexpr,
     NB1: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     """stage3's aux products in first-use order, each result stored once complete. INPUTS
     (stage10): PsiV, dPhiO and the pre-rotation q / k from the inputs, not the pre scratch.
@@ -64,7 +62,6 @@ def bwd_bwd_aux_streamed_kernel(
     chunk's term of the dstates recurrence, (dPhiO exp(da_cs))^T qr, on each block of qr it
     loads and stores it to DST[c] ([N, P], as stage17's increment kernel does). NB1: the first
     N loop's block (NB before stage22)."""
-    grid_dependency(PDL)
     b, h, c, bh, bhc, i, ti, ri, tpos, tc = chunk_frame(S, H, C, R)
     CR: tl.constexpr = C * R
     p = tl.arange(0, BP)

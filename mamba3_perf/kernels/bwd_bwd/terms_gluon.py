@@ -22,8 +22,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, grid_dependency, input_rows,
-    release_ring, ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col,
+    rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
@@ -229,7 +229,6 @@ def bwd_bwd_state_terms_gluon_kernel(
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
     PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, num_warps: gl.constexpr,
-    PDL: gl.constexpr = False,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -264,7 +263,6 @@ def bwd_bwd_state_terms_gluon_kernel(
     global memory (``STATES``, the cached states viewed [rows, P]) into registers at the step's
     start, not copied into the TMA ring: the ring's states slots (4 KB at P = 64) are not
     allocated."""
-    grid_dependency(PDL)
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
