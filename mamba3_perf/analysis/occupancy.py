@@ -125,9 +125,11 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
     size (Nsight Compute, Kineto on CUDA): device time summed over its ``launches``, registers,
     shared memory, threads, the blocks per SM and limiter of :func:`occupancy`, the theoretical
     warps resident (% of the SM's), the measured ``warps_active_pct`` where ncu gave it,
-    ``waves``, ``sms_busy`` (the SMs its grid keeps busy), and what one more block per SM would need (:func:`next_block`: ``next_registers``,
-    ``next_smem_bytes``; NaN where the warps or blocks per SM forbid it). A kernel launched with several configurations takes its longest launch's; one
-    traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's rows. Longest
+    ``waves``, ``sms_busy`` (the SMs its grid keeps busy), and what one more block per SM would
+    need (:func:`next_block`: ``next_registers``, ``next_smem_bytes``; NaN where the warps or
+    blocks per SM forbid it). A kernel launched with several configurations takes its longest
+    launch's; one traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's
+    rows. Longest
     kernels first; empty for a frame without those columns or a device without SM figures (an
     Ascend NPU)."""
     keys = [k for k in ("variant", "stage_tag", "kernel_name") if k in df.columns]

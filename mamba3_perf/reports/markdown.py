@@ -207,9 +207,8 @@ def _per_call(occ: pd.DataFrame, means: pd.DataFrame, device: DeviceSpec, units:
     any of its kernels are the calls), where no kernel's grid fills one wave how many of the
     device's SMs its widest grid keeps busy, and with ``units`` (B * H * nchunks) the SM time a
     call takes per (b, h, chunk): each kernel's time times the SMs its grid keeps busy
-    (analysis.occupancy's ``sms_busy``), summed,
-    over the units, which compares designs whose grids leave different numbers of SMs idle
-    ('' without a variant column)."""
+    (analysis.occupancy's ``sms_busy``), summed, over the units, which compares designs whose
+    grids leave different numbers of SMs idle ('' without a variant column)."""
     if "variant" not in occ.columns or occ.empty:
         return ""
     parts = []
