@@ -129,9 +129,8 @@ def kernel_occupancy(df: pd.DataFrame, device: DeviceSpec = H200) -> pd.DataFram
     need (:func:`next_block`: ``next_registers``, ``next_smem_bytes``; NaN where the warps or
     blocks per SM forbid it). A kernel launched with several configurations takes its longest
     launch's; one traced by two profilers (a profile run's Kineto trace and ncu replay), ncu's
-    rows. Longest
-    kernels first; empty for a frame without those columns or a device without SM figures (an
-    Ascend NPU)."""
+    rows. Longest kernels first; empty for a frame without those columns or a device without SM
+    figures (an Ascend NPU)."""
     keys = [k for k in ("variant", "stage_tag", "kernel_name") if k in df.columns]
     columns = keys + list(OCCUPANCY_COLUMNS)
     strings = (*keys, "limiter")

@@ -36,8 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring, ring_barriers, rotary_partner_col, rotated_rows,
-    rotation_parts, row_blocks, tf32_split, tma_load,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring,
+    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
 )
 
 
