@@ -26,8 +26,9 @@ def progress_bar(total: int, what: str) -> Iterator[Callable[[str], None]]:
 
 @app.command()
 def bench(
-    cases: str = typer.Option(..., "--cases", help="case set(s) (official, regular, official-small, "
-                                                   "pairwise, tail, all) and/or comma-separated case ids"),
+    cases: str = typer.Option(..., "--cases", help="case set(s) of mamba3_perf/data/cases.yaml (official, "
+                                                   "official-b8, regular, official-small, pairwise, tail, "
+                                                   "edge, hopper, all) and/or comma-separated case ids"),
     stages: str = typer.Option("all", help="all, or a comma list of stages (may include 'tilelang'; "
                                            "STAGE@tf32 runs a stage with every dot forced to one "
                                            "TF32 pass, timed for reference)"),

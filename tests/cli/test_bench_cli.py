@@ -1,10 +1,12 @@
 """`perf bench` through typer's CliRunner on the CPU interpreter."""
 import json
+import re
 
 from typer.testing import CliRunner
 
 import mamba3_perf.cli.bench  # noqa: F401  (registers the command on app)
 from mamba3_perf.cli import app, main
+from mamba3_perf.kernels.cases import case_sets
 from mamba3_perf.runs import read_run
 
 runner = CliRunner()
@@ -45,5 +47,8 @@ def test_bench_cuda_graph_without_cuda_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_bench_help():
-    res = runner.invoke(app, ["bench", "--help"])
+    res = runner.invoke(app, ["bench", "--help"], terminal_width=200)
     assert res.exit_code == 0 and "--cases" in res.output
+    text = " ".join(res.output.replace("│", " ").split())
+    for name in case_sets():  # the help names every case set of cases.yaml
+        assert re.search(rf"[ (]{re.escape(name)}[,)]", text), name
