@@ -371,3 +371,22 @@ def test_sweep_knob_keeps_the_cases_timed_before_one_that_never_ends(monkeypatch
     assert rec["meta"]["complete"] is False
     assert [(r["case_id"], r["knobs"]["stage25_subchunk.READ_INPUTS"]) for r in rec["rows"]] == [
         ("edge-one-chunk", 0), ("edge-one-chunk", 1)]
+
+
+def test_the_device_scripts_import_without_ijson_or_plotly():
+    """benchmarks/ladder.py and merge_records.py run on the lent GPU's image, which has torch,
+    triton, pandas and rich but neither ijson nor plotly: what they import must not need them."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('ijson', 'plotly'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import mamba3_perf.bench, mamba3_perf.reports.console, mamba3_perf.reports.record\n"
+        "import mamba3_perf.runs, mamba3_perf.tilelang_row, mamba3_perf.analysis.limits\n"
+        "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]

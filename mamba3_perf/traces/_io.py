@@ -16,8 +16,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Callable, Iterator
 
-import ijson
-
 from mamba3_perf.errors import ParseError, first_line
 
 Progress = Callable[[int, int], None]  # progress(bytes_read, total_bytes)
@@ -94,8 +92,12 @@ def iter_json_items(path: Path, prefix: str, progress: Progress | None = None) -
     """Yield the items under ``prefix`` (``"item"`` for a top-level array, ``"traceEvents.item"``).
 
     Numbers with a fraction come back as ``Decimal`` (exact); see the module doc for the
-    policy on truncated files.
+    policy on truncated files. ijson is imported here, not with the package: the benchmark
+    scripts reach this module through the analysis imports and run on machines (the lent GPU
+    image) that have the rest of the dependencies but not ijson.
     """
+    import ijson
+
     f, raw = open_binary(path, progress)
     n = 0
     try:
