@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -376,8 +377,6 @@ def test_sweep_knob_keeps_the_cases_timed_before_one_that_never_ends(monkeypatch
 def test_the_device_scripts_import_without_ijson_or_plotly():
     """benchmarks/ladder.py and merge_records.py run on the lent GPU's image, which has torch,
     triton, pandas and rich but neither ijson nor plotly: what they import must not need them."""
-    import subprocess
-
     code = (
         "import sys\n"
         "class Block:\n"
