@@ -43,6 +43,13 @@ from mamba3_perf.kernels import tail
 GRADIENTS = ("DQ", "DK", "DV", "DMIMO_V", "DANGLES", "DFACTOR", "DGAMMA", "DDA", "DSSDA",
              "DDA_CS_REV", "DDA_CS", "DD")
 
+# The matrix products of :func:`bwd_bwd_ref`, by the names its ``products`` hook receives: the
+# nine of analysis.limits.MATMULS (same names), then the three qk_dot terms, block-diagonal in
+# the fused rows (R x R blocks: elementwise work in a kernel, full [CR, CR] products here).
+PRODUCTS = ("k . q^T", "(lkq) . dPhiO", "ks . dstates", "PsiV . dPhiO^T", "PsiV . dstates^T",
+            "dkq . q", "dPhiO . states^T", "dkq^T . k", "q^T . dPhiO",
+            "qk_dot . dPhiO", "gd^T . kb", "gd . qb")
+
 
 # ----------------------------------------------------------------------------- helpers
 def _per_head(x: torch.Tensor, H: int) -> torch.Tensor:
@@ -140,10 +147,20 @@ def forward_cache(q, k, v, q_bias, k_bias, mimo_v, da_cs, da_cs_rev, dt, trap, a
 
 
 # ----------------------------------------------------------------------------- fp32 reference
+def _fp32_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
 def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs_rev, dt, trap,
                 segsum, angles, mimo_o=None, d=None, chunk_size: int = 16,
-                rotary_dim_divisor: int = 4, output_dtype=None) -> dict:
-    """The 12 gradients by explicit formulas in fp32 (pads a tail chunk like the kernels)."""
+                rotary_dim_divisor: int = 4, output_dtype=None, products=None) -> dict:
+    """The 12 gradients by explicit formulas in fp32 (pads a tail chunk like the kernels).
+
+    ``products``: ``f(name, a, b) -> a @ b`` for every matrix product, named as in
+    :data:`PRODUCTS` (default: fp32 matmul). analysis.precision passes one that rounds the
+    operands to a tensor-core input format, to see which products need more than one pass.
+    """
+    mm = products or _fp32_product
     f = torch.float32
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -181,18 +198,18 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
     qkd = torch.einsum("zhctab,tu->zhctbua", qkc, eye).reshape(B, H, nc, CR, CR)  # [i=(t,r_in), j=(u,r_out)]
 
     # chunk-local products
-    lkq = ksC @ qrC.transpose(-1, -2)  # [.., i(k), j(q)]
-    dkq = psivC @ dphioC.transpose(-1, -2)  # [.., i(k), j(q)]
+    lkq = mm("k . q^T", ksC, qrC.transpose(-1, -2))  # [.., i(k), j(q)]
+    dkq = mm("PsiV . dPhiO^T", psivC, dphioC.transpose(-1, -2))  # [.., i(k), j(q)]
     dssda = (lkq * dkq).reshape(B, H, nc, C, R, C, R).sum((-3, -1))
-    dpsiv = (lkq * wt) @ dphioC + gam_r[..., None] * (qkd @ dphioC)
+    dpsiv = mm("(lkq) . dPhiO", lkq * wt, dphioC) + gam_r[..., None] * mm("qk_dot . dPhiO", qkd, dphioC)
     if d is not None:
         dpsiv = dpsiv + d.to(f)[None, :, None, None, None] * dphioC
-    dk_s = (dkq * wt) @ qrC
-    dq_r = (dkq * wt).transpose(-1, -2) @ ksC
+    dk_s = mm("dkq . q", dkq * wt, qrC)
+    dq_r = mm("dkq^T . k", (dkq * wt).transpose(-1, -2), ksC)
     dgamma = _to_time((qkd * dkq).sum(-1), R)
     gd = dkq * block * gam_r[..., None]
-    dq_diag = gd.transpose(-1, -2) @ kbC
-    dk_diag = gd @ qbC
+    dq_diag = mm("gd^T . kb", gd.transpose(-1, -2), kbC)
+    dk_diag = mm("gd . qb", gd, qbC)
 
     # reverse scan over chunks: dstates is the gradient w.r.t. the state leaving chunk c
     st = states.to(f)
@@ -201,15 +218,16 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
     dk_raw = torch.empty_like(ksC)
     dpsiv_inter = torch.empty_like(psivC)
     for c in reversed(range(nc)):
-        dpsiv_inter[:, :, c] = ksC[:, :, c] @ dstates
-        dk_raw[:, :, c] = psivC[:, :, c] @ dstates.transpose(-1, -2)
+        dpsiv_inter[:, :, c] = mm("ks . dstates", ksC[:, :, c], dstates)
+        dk_raw[:, :, c] = mm("PsiV . dstates^T", psivC[:, :, c], dstates.transpose(-1, -2))
         decay = torch.exp(da_end[:, :, c])
         dda[:, :, c] = decay * (st[:, :, c] * dstates).sum((-1, -2))
-        dstates = dstates * decay[..., None, None] + qrC[:, :, c].transpose(-1, -2) @ (dphioC[:, :, c] * ecs_r[:, :, c, :, None])
+        dstates = dstates * decay[..., None, None] + mm(
+            "q^T . dPhiO", qrC[:, :, c].transpose(-1, -2), dphioC[:, :, c] * ecs_r[:, :, c, :, None])
     dpsiv = dpsiv + dpsiv_inter * erev_r[..., None]
     dda_cs_rev = _to_time((ksC * dk_raw).sum(-1), R)
     dk_s = dk_s + dk_raw * erev_r[..., None]
-    dq_raw = dphioC @ st.transpose(-1, -2)
+    dq_raw = mm("dPhiO . states^T", dphioC, st.transpose(-1, -2))
     dda_cs = _to_time((qrC * dq_raw).sum(-1), R)
     dq_r = dq_r + dq_raw * ecs_r[..., None]
     dfactor = _to_time((krC * dk_s).sum(-1), R)
