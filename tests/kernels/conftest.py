@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+import triton.language as tl
 from triton._C.libtriton import ir
 from triton.runtime import interpreter
 
@@ -36,23 +37,45 @@ def _tf32(h):
     return interpreter.TensorHandle(interpreter._round_f32_to_tf32(h.data), h.dtype.scalar)
 
 
+def _bf16_as_f32(h):
+    """A bf16 operand (the interpreter holds bf16 as its uint16 bit patterns) as fp32 numbers."""
+    return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+
+def _f32_to_bf16_rne(data):
+    """fp32 -> bf16 bit patterns, rounded to nearest even as CUDA's cvt.rn.bf16.f32 does."""
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
 @pytest.fixture
 def cuda_precisions(monkeypatch):
     """CUDA's dot precisions on the interpreter (skips where CUDA itself runs): the operands of
     every "tf32" dot rounded to TF32 (10 mantissa bits, to nearest even, as the tensor cores
-    take them; "tf32x3" and "ieee" dots stay fp32), and dot_precision answering what it answers
+    take them; "tf32x3" and "ieee" dots stay fp32), bf16 dots multiplied as numbers and fp32 ->
+    bf16 conversions rounded to nearest even, as on CUDA (Triton's interpreter multiplies bf16
+    operands as their bit patterns and truncates), and dot_precision answering what it answers
     on CUDA."""
     if torch.cuda.is_available():
         pytest.skip("emulates CUDA's TF32 on the interpreter")
     create_dot = interpreter.InterpreterBuilder.create_dot
+    cast = interpreter.InterpreterBuilder.cast_impl
     original = common.dot_precision
 
     def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32:
             a, b = _tf32(a), _tf32(b)
+        if a.dtype.scalar == tl.bfloat16:
+            a, b = _bf16_as_f32(a), _bf16_as_f32(b)
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return interpreter.TensorHandle(_f32_to_bf16_rne(src.data), tl.bfloat16)
+        return cast(self, src, dst_type)
+
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", dot)
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "cast_impl", cast_impl)
     monkeypatch.setattr(common, "dot_precision", lambda device, **kw: original("cuda", **kw))
 
 

@@ -35,6 +35,8 @@ def dot_precision(device, *, low: bool = False, aux: bool = False) -> str:
         return "ieee"
     if low:
         return "tf32"
+    if _SPLIT_BF16.get():
+        return SPLIT_BF16X3
     split, split_aux = _SPLIT.get()
     return SPLIT_TF32X3 if split and (split_aux or not aux) else "tf32x3"
 
@@ -53,12 +55,15 @@ def _capability_major(index: int) -> int:
 
 
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")  # what tl.dot's input_precision takes here
-# fdot's own precision: tf32x3's three TF32 passes, split by hand (stage19_splitdot)
+# fdot's own precisions: tf32x3's three TF32 passes, split by hand (stage19_splitdot), and three
+# bf16 passes over bf16 high / low parts (stage37_bf16split)
 SPLIT_TF32X3 = "tf32x3split"
+SPLIT_BF16X3 = "bf16x3split"
 _FORCED_PRECISION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "forced_dot_precision", default=None)
 _SPLIT: contextvars.ContextVar[tuple[bool, bool]] = contextvars.ContextVar("split_tf32x3",
                                                                           default=(False, False))
+_SPLIT_BF16: contextvars.ContextVar[bool] = contextvars.ContextVar("split_bf16x3", default=False)
 
 
 @contextlib.contextmanager
@@ -72,6 +77,21 @@ def split_tf32x3(*, aux: bool = True):
         yield
     finally:
         _SPLIT.reset(token)
+
+
+@contextlib.contextmanager
+def split_bf16x3():
+    """Inside, :func:`dot_precision` answers SPLIT_BF16X3 wherever it would answer "tf32x3" or
+    SPLIT_TF32X3 (the streamed aux's dots included, :func:`split_tf32x3` inside or not): every
+    fp32-level dot of the Triton kernels launched there as :func:`fdot`'s three bf16 passes, half
+    the tensor work of three TF32 passes (stage37_bf16split; analysis.precision measured that the
+    golden criterion holds). Other devices ("ieee"), the low dots (one TF32 pass) and the Gluon
+    kernels, which split by themselves: unchanged."""
+    token = _SPLIT_BF16.set(True)
+    try:
+        yield
+    finally:
+        _SPLIT_BF16.reset(token)
 
 
 @contextlib.contextmanager
@@ -134,18 +154,35 @@ def tf32_split(x):
 
 
 @triton.jit
+def bf16_split(x):
+    """fp32 ``x`` as bf16 hi + lo: hi = x rounded to bf16, lo = (x - hi) rounded to bf16 (16
+    significant bits of x in all, where TF32's split keeps 22)."""
+    hi = x.to(tl.bfloat16)
+    return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
 def fdot(a, b, PREC: tl.constexpr):
     """a @ b at precision PREC: tl.dot's input_precision, or SPLIT_TF32X3: the three TF32
     passes of tf32x3 (lo.hi, hi.lo, then hi.hi, in Triton's order, Triton's own split rounding)
     chained on one accumulator, without the NaN guard Triton puts on the partial sum before the
     last pass (64 compares and selects per thread on a [64, 64] result) and without the wait on
-    each pass (stage19_splitdot)."""
+    each pass (stage19_splitdot); or SPLIT_BF16X3: the same three passes over :func:`bf16_split`'s
+    parts on the bf16 tensor rate, twice TF32's (stage37_bf16split). Triton's interpreter
+    multiplies bf16 dot operands as their bit patterns (Triton 3.6-3.9), so SPLIT_BF16X3 runs on
+    GPUs only, which is where dot_precision answers it."""
     if PREC == "tf32x3split":
         a_hi, a_lo = tf32_split(a)
         b_hi, b_lo = tf32_split(b)
         acc = tl.dot(a_lo, b_hi, input_precision="tf32")
         acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
         acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+    elif PREC == "bf16x3split":
+        a_hi, a_lo = bf16_split(a)
+        b_hi, b_lo = bf16_split(b)
+        acc = tl.dot(a_lo, b_hi)
+        acc = tl.dot(a_hi, b_lo, acc)
+        acc = tl.dot(a_hi, b_hi, acc)
     else:
         acc = tl.dot(a, b, input_precision=PREC)
     return acc

@@ -1,0 +1,122 @@
+"""stage37_bf16split: common.fdot's three bf16 passes, checked on the CPU with CUDA's bf16 dots
+emulated (conftest.cuda_precisions), and where the split precision is chosen. The device runs
+check the stage on the GPU (records/h100-bf16split-*)."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from mamba3_perf.bench import prepare
+from mamba3_perf.kernels import get_case, make_inputs
+from mamba3_perf.kernels.bwd_bwd import common, stage37_bf16split
+from mamba3_perf.kernels.checking import check_stage
+
+
+@triton.jit
+def _split_dot_kernel(A, B, O, HI, LO, M: tl.constexpr, PREC: tl.constexpr):
+    i = tl.arange(0, M)
+    a = tl.load(A + i[:, None] * M + i[None, :])
+    b = tl.load(B + i[:, None] * M + i[None, :])
+    hi, lo = common.bf16_split(a)
+    tl.store(HI + i[:, None] * M + i[None, :], hi.to(tl.float32))
+    tl.store(LO + i[:, None] * M + i[None, :], lo.to(tl.float32))
+    tl.store(O + i[:, None] * M + i[None, :], common.fdot(a, b, PREC))
+
+
+def _split_dot(a, b, prec):
+    o, hi, lo = (torch.empty_like(a) for _ in range(3))
+    _split_dot_kernel[(1,)](a, b, o, hi, lo, M=a.shape[0], PREC=prec)
+    return o, hi, lo
+
+
+def test_bf16_split_keeps_16_bits_and_the_passes_sum_to_the_product(cuda_precisions):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 32, generator=g), torch.randn(32, 32, generator=g)
+    o, hi, lo = _split_dot(a, b, common.SPLIT_BF16X3)
+    assert torch.equal(hi, a.bfloat16().float())  # to nearest even
+    assert torch.equal(lo, (a - hi).bfloat16().float())
+    assert ((a - hi - lo).abs() <= a.abs() * 2.0 ** -16).all()
+    exact = a.double() @ b.double()
+    err = ((o.double() - exact).norm() / exact.norm()).item()
+    one_pass = ((a.bfloat16().double() @ b.bfloat16().double() - exact).norm() / exact.norm()).item()
+    assert err < 2.0 ** -14 and one_pass > 2.0 ** -10  # three passes: ~16 bits; one: ~8
+
+
+def test_split_precision_only_in_its_scope_and_only_for_the_fp32_level_dots():
+    assert common.dot_precision("cuda") == "tf32x3"
+    with common.split_bf16x3():
+        assert common.dot_precision("cuda") == common.SPLIT_BF16X3
+        assert common.dot_precision("cuda", aux=True) == common.SPLIT_BF16X3
+        with common.split_tf32x3(aux=False):  # stage19's scope inside stage37's
+            assert common.dot_precision("cuda", aux=True) == common.SPLIT_BF16X3
+        assert common.dot_precision("cuda", low=True) == "tf32"
+        assert common.dot_precision("cpu") == "ieee"
+        with common.forced_dot_precision("tf32"):
+            assert common.dot_precision("cuda") == "tf32"
+    assert common.dot_precision("cuda") == "tf32x3"
+
+
+@pytest.mark.parametrize("case_id", ["small-N16_P64_R4_C8", "small-N256_P64_R4_C8", "small-N128_P128_R4_C8",
+                                     "pw-1", "pw-2"])
+def test_stage_passes_the_golden_with_bf16_emulated(cuda_precisions, case_id):
+    """The C*R = 32 shapes, where stage34 runs the Triton aux and wave pass, and fp16 / bf16
+    pairwise cases (bf16 cached states: the benchmarks' inputs)."""
+    c = get_case(case_id)
+    rows = check_stage("stage37_bf16split", c, inputs=prepare(c, device="cpu"))
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_fp32_cached_states_keep_tf32x3(cuda_precisions):
+    """The rule's reason: with fp32 cached states DANGLES' bound is the criterion's floor, which
+    bf16x3 misses (pw-1 forced to bf16x3 fails); the stage keeps tf32x3 there and passes."""
+    c = get_case("pw-1")
+    x = make_inputs(c, states_dtype=torch.float32)
+    assert not stage37_bf16split.splits_bf16(x)
+    rows = check_stage("stage37_bf16split", c, inputs=x)
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    with common.split_bf16x3():
+        forced = check_stage("stage34_poststeps", c, inputs=x)
+    assert "DANGLES" in {r.gradient for r in forced if not r.passed}
+
+
+_split = common.bf16_split
+
+
+@triton.jit
+def _hi_only(x):
+    hi, lo = _split(x)
+    return hi, (lo.to(tl.float32) * 0.0).to(tl.bfloat16)
+
+
+def test_dropping_the_low_passes_fails(cuda_precisions, monkeypatch):
+    """The check above can fail: with lo zeroed (one bf16 pass) the fp32-level gradients miss."""
+    monkeypatch.setattr(common, "bf16_split", _hi_only)
+    c = get_case("small-N16_P64_R4_C8")
+    rows = check_stage("stage37_bf16split", c, inputs=make_inputs(c, states_dtype=torch.bfloat16))
+    assert {"DSSDA", "DFACTOR"} <= {r.gradient for r in rows if not r.passed}
+
+
+def test_the_interpreter_runs_stage34s_arithmetic():
+    """Without the emulation (the interpreter's own dots): "ieee" everywhere, the same outputs as
+    stage34 bit for bit."""
+    from mamba3_perf.kernels.checking import run_stage
+
+    c = get_case("small-N16_P64_R4_C8")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    mine, theirs = run_stage("stage37_bf16split", x, c), run_stage("stage34_poststeps", x, c)
+    for k, v in mine.items():
+        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
+
+
+def _launches(lines):
+    return {k: {f: v for f, v in line.items() if f != "seconds"} for k, line in lines.items()}
+
+
+def test_where_the_gluon_kernels_carry_the_products_nothing_changes(compile_stage):
+    """C*R = 64 (N128_P64_R4_C16's N, P, R, C): the Gluon aux and state_terms split by themselves,
+    the Triton kernels have no fp32-level dot, so stage37 compiles to stage34's launches; at C*R = 32
+    the streamed aux takes the bf16 split (fewer registers: ptxas, README)."""
+    mine = compile_stage("stage37_bf16split", 128, 64, 4, 16, "")
+    assert mine and _launches(mine) == _launches(compile_stage("stage34_poststeps", 128, 64, 4, 16, ""))
+    aux = compile_stage("stage37_bf16split", 16, 64, 4, 8, "aux_streamed")
+    assert [line["keywords"]["PREC"] for line in aux.values()] == [common.SPLIT_BF16X3]
