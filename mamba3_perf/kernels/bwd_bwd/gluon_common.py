@@ -29,6 +29,30 @@ def tf32_split(x):
 
 
 @gluon.jit
+def bf16_split(x):
+    """common.bf16_split in Gluon: hi = x rounded to bf16, lo = (x - hi) rounded to bf16."""
+    hi = x.to(gl.bfloat16)
+    return hi, (x - hi.to(gl.float32)).to(gl.bfloat16)
+
+
+@gluon.jit
+def split_parts(x, BF16: gl.constexpr):
+    """fp32 ``x`` as the (hi, lo) parts of :func:`dot3`'s passes: bf16 (BF16, stage37) or TF32."""
+    if BF16:
+        hi, lo = bf16_split(x)
+    else:
+        hi, lo = tf32_split(x)
+    return hi, lo
+
+
+def split_format(bf16: bool):
+    """(element type of the split parts, the A operand's k_width, the wgmma instruction's K) of
+    :func:`split_parts`' format: bf16 parts are 16-bit (two a 32-bit register, K = 16 a wgmma),
+    TF32 parts fp32 (K = 8)."""
+    return (gl.bfloat16, 2, 16) if bf16 else (gl.float32, 1, 8)
+
+
+@gluon.jit
 def dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
     """acc (+)= a @ b as three asynchronous TF32 wgmma (lo.hi, hi.lo, hi.hi: tf32x3 in
     common.fdot's order); b_* are [K, N] shared-memory views, a_* registers or shared memory.

@@ -21,9 +21,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
+from mamba3_perf.kernels.bwd_bwd.common import SPLIT_BF16X3, dot_precision
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring,
-    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
+    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, split_format, split_parts, tma_load,
 )
 
 
@@ -66,10 +67,10 @@ def _issue_block_rot(dst_desc, st_desc, kr_desc, dks_desc, bar, ds_buf, st_buf, 
 
 
 @gluon.jit
-def _stage_dstates(ds, dsh_s, dsl_s, dsth_s, dstl_s):
-    """One chunk's dstates block split into its TF32 parts, written as the B operands of both
-    products: [BNB, P] for dK_raw (K = P) and transposed for ks dstates (K = BNB)."""
-    ds_hi, ds_lo = tf32_split(ds)
+def _stage_dstates(ds, dsh_s, dsl_s, dsth_s, dstl_s, BF16: gl.constexpr):
+    """One chunk's dstates block split into its TF32 (BF16: bf16) parts, written as the B operands
+    of both products: [BNB, P] for dK_raw (K = P) and transposed for ks dstates (K = BNB)."""
+    ds_hi, ds_lo = split_parts(ds, BF16)
     dsh_s.store(ds_hi)
     dsl_s.store(ds_lo)
     dsth_s.store(gl.permute(ds_hi, (1, 0)))
@@ -117,18 +118,18 @@ def _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD,
 def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
                 KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr,
                 R: gl.constexpr, CP: gl.constexpr, ROT: gl.constexpr, DSL: gl.constexpr, MK: gl.constexpr,
-                DDA_FIRST: gl.constexpr):
+                DDA_FIRST: gl.constexpr, BF16: gl.constexpr):
     """A step's staging from ring slot ``slot``: each chunk's dstates block split into the operand
     buffers at ``o`` (+1) and its DDA term added (the first chunk's only with DDA_FIRST: else the
     caller adds it, from the returned block, once the products are issued), the k rows and ks
     (the A operands of ks dstates are :func:`_step_a`'s). Returns (kr, ks, acc_dda, acc_dda2, ds)."""
     ds = ds_buf.index(slot * CP).load(DSL)
-    _stage_dstates(ds, dsh_s.index(o), dsl_s.index(o), dsth_s.index(o), dstl_s.index(o))
+    _stage_dstates(ds, dsh_s.index(o), dsl_s.index(o), dsth_s.index(o), dstl_s.index(o), BF16)
     if DDA_FIRST:
         acc_dda += st_buf.index(slot * CP).load(DSL).to(gl.float32) * ds
     if CP == 2:
         ds2 = ds_buf.index(slot * CP + 1).load(DSL)
-        _stage_dstates(ds2, dsh_s.index(o + 1), dsl_s.index(o + 1), dsth_s.index(o + 1), dstl_s.index(o + 1))
+        _stage_dstates(ds2, dsh_s.index(o + 1), dsl_s.index(o + 1), dsth_s.index(o + 1), dstl_s.index(o + 1), BF16)
         acc_dda2 += st_buf.index(slot * CP + 1).load(DSL).to(gl.float32) * ds2
     kr = _block_k(kr_buf, krp_buf, slot, KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK, ROT)
     ks = kr * ts[:, None]
@@ -136,13 +137,13 @@ def _stage_step(ds_buf, st_buf, kr_buf, krp_buf, slot, o, dsh_s, dsl_s, dsth_s, 
 
 
 @gluon.jit
-def _step_a(ks, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr):
+def _step_a(ks, i_k, CR: gl.constexpr, CP: gl.constexpr, AK: gl.constexpr, BF16: gl.constexpr):
     """The A operands of ks dstates, in registers, from ks's TF32 parts: (a_hi, a_lo, a2_hi,
     a2_lo), with CP = 2 the first chunk's rows and then the second's (the other chunk's rows 0);
     with CP = 1 all rows, twice. A wgmma reads its register operands until it is waited for, so
     the next step's are formed only after that wait (PTX: wgmma.mma_async's A registers may not be
     written before its wgmma.wait_group; in a loop each step's are the same registers)."""
-    ks_hi, ks_lo = tf32_split(ks)
+    ks_hi, ks_lo = split_parts(ks, BF16)
     if CP == 2:
         a_hi = gl.convert_layout(_chunk_rows(ks_hi, True, i_k, CR), AK)
         a_lo = gl.convert_layout(_chunk_rows(ks_lo, True, i_k, CR), AK)
@@ -228,7 +229,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
     ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
-    PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, num_warps: gl.constexpr,
+    PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, BF16: gl.constexpr, SD: gl.constexpr,
+    KW: gl.constexpr, IK: gl.constexpr, num_warps: gl.constexpr,
 ):
     """One chunk's dPsiV (+ the dstates term), dK in the rotated domain (DKR), DDA_CS_REV,
     DFACTOR, DDA, DV and its DMIMO_V part, as bwd_bwd_state_terms_kernel with LATE_SUMS. The
@@ -262,7 +264,11 @@ def bwd_bwd_state_terms_gluon_kernel(
     STG (:data:`STATES_GLOBAL`; CP = 1, without PIPE): each step's 16-bit states block loaded from
     global memory (``STATES``, the cached states viewed [rows, P]) into registers at the step's
     start, not copied into the TMA ring: the ring's states slots (4 KB at P = 64) are not
-    allocated."""
+    allocated.
+
+    BF16 (stage37_bf16split): the three passes of each product over bf16 parts (gluon_common.
+    split_parts), held in SD-typed shared memory (bf16; fp32 for TF32), the A operand's KW and the
+    wgmma's IK of that format (gluon_common.split_format)."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     MT: gl.constexpr = M // R  # steps of the M rows (CC where CC*R = 64)
@@ -274,10 +280,10 @@ def bwd_bwd_state_terms_gluon_kernel(
     WN: gl.constexpr = num_warps // 4
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MK: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
-                                                 instr_shape=[16, BNB // WN, 8])
+                                                 instr_shape=[16, BNB // WN, IK])
     MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
-                                                 instr_shape=[16, P // WN, 8])
-    AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
+                                                 instr_shape=[16, P // WN, IK])
+    AK: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=KW)
 
     # PsiV rows [CC*R, P] (fused row i = t*R + r) from the 16-bit v and mimo_v
     i_r = gl.arange(0, M, layout=gl.SliceLayout(1, ROW))
@@ -286,10 +292,10 @@ def bwd_bwd_state_terms_gluon_kernel(
     row_ok = (i_r < CC * R)[:, None]
     v_ptr = V + ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psi_ptr = MV + (h * R + (i_r % R)[:, None]) * P + p_r[None, :]
-    psiv_hi, psiv_lo = tf32_split(gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32) * gl.load(psi_ptr))
-    PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)
-    psiv_hi_s = gl.allocate_shared_memory(gl.float32, [M, P], PS_L, psiv_hi)
-    psiv_lo_s = gl.allocate_shared_memory(gl.float32, [M, P], PS_L, psiv_lo)
+    psiv_hi, psiv_lo = split_parts(gl.load(v_ptr, mask=row_ok, other=0.0).to(gl.float32) * gl.load(psi_ptr), BF16)
+    PS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], SD)
+    psiv_hi_s = gl.allocate_shared_memory(SD, [M, P], PS_L, psiv_hi)
+    psiv_lo_s = gl.allocate_shared_memory(SD, [M, P], PS_L, psiv_lo)
 
     # per-row step scalars in the dK layout
     i_k = gl.arange(0, M, layout=gl.SliceLayout(1, MK))
@@ -314,12 +320,12 @@ def bwd_bwd_state_terms_gluon_kernel(
         krp_buf = kr_buf  # unread
     dks_buf = gl.allocate_shared_memory(gl.float32, [SL, M, BNB], dks_desc.layout)
     bars = ring_barriers(SL)
-    DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], gl.float32)
-    DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], gl.float32)
-    dsh_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, BNB, P], DSN_L)
-    dsl_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, BNB, P], DSN_L)
-    dsth_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, P, BNB], DST_L)
-    dstl_s = gl.allocate_shared_memory(gl.float32, [OPS * CP, P, BNB], DST_L)
+    DSN_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BNB, P], SD)
+    DST_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, BNB], SD)
+    dsh_s = gl.allocate_shared_memory(SD, [OPS * CP, BNB, P], DSN_L)
+    dsl_s = gl.allocate_shared_memory(SD, [OPS * CP, BNB, P], DSN_L)
+    dsth_s = gl.allocate_shared_memory(SD, [OPS * CP, P, BNB], DST_L)
+    dstl_s = gl.allocate_shared_memory(SD, [OPS * CP, P, BNB], DST_L)
 
     row_s = (bhc * N).to(gl.int32)
     row_k = (bhc * CR).to(gl.int32)
@@ -356,8 +362,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         mbarrier.wait(bars.index(0), 0)
         kr, ks, acc_dda, acc_dda2, _ds = _stage_step(
             ds_buf, st_buf, kr_buf, krp_buf, 0, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
-            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, True)
-        a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK)
+            KBIAS, COS_S, SIN_S, b, h, cp, block_col(0, BNB, N, FIN), S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, True, BF16)
+        a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK, BF16)
         fence_async_shared()
         cta_barrier()
         dk, dk2, acc = _products(psiv_hi_s, psiv_lo_s, dsh_s, dsl_s, dsth_s, dstl_s, 0, ZERO, a_hi, a_lo,
@@ -370,14 +376,14 @@ def bwd_bwd_state_terms_gluon_kernel(
             kr_n, ks_n, acc_dda, acc_dda2, _ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, nslot, ((j + 1) % 2) * CP, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda,
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
-                CC, R, CP, ROT, DSL, MK, True)
+                CC, R, CP, ROT, DSL, MK, True, BF16)
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                 N, C, CC, R, MK, FIN, ADD_DANG, CP)
             # step j + 1's A operands only now that step j's wgmma are waited for (_step_a): formed
             # while they ran, they overwrote the registers those read (DV / DMIMO_V wrong on an H100)
-            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_n, i_k, C * R, CP, AK)
+            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_n, i_k, C * R, CP, AK, BF16)
             fence_async_shared()
             cta_barrier()  # every warp is done with slot j and has staged step j + 1's operands
             if j + SL < NSTEPS:
@@ -414,8 +420,8 @@ def bwd_bwd_state_terms_gluon_kernel(
             # products); one chunk's once its products are issued
             kr, ks, acc_dda, acc_dda2, ds = _stage_step(
                 ds_buf, st_buf, kr_buf, krp_buf, slot, 0, dsh_s, dsl_s, dsth_s, dstl_s, acc_dda, acc_dda2, ts, i_k,
-                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, CP == 2)
-            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK)
+                KBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, C, CC, R, CP, ROT, DSL, MK, CP == 2, BF16)
+            a_hi, a_lo, a2_hi, a2_lo = _step_a(ks, i_k, C * R, CP, AK, BF16)
             fence_async_shared()
             cta_barrier()
             if CP == 2:  # the descriptors of twice the operands formed per step, not hoisted into registers
@@ -594,6 +600,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     caps its registers per thread."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
+    bf16 = dot_precision(x["q"].device) == SPLIT_BF16X3  # inside common.split_bf16x3 (stage37)
+    sd, kw, ik = split_format(bf16)
     pipe = bool(PIPELINE if pipeline is None else pipeline)
     if states_global and (cp != 1 or pipe):
         raise ValueError(f"states_global: one chunk a program without pipeline only; got {cp} chunk(s) a "
@@ -623,6 +631,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
-        PIPE=pipe, RING=TERMS_RING, STG=stg, num_warps=warps(meta),
+        PIPE=pipe, RING=TERMS_RING, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": MAXNREG} if MAXNREG else {}),
     )
