@@ -112,11 +112,20 @@ def _launches(lines):
     return {k: {f: v for f, v in line.items() if f != "seconds"} for k, line in lines.items()}
 
 
-def test_where_the_gluon_kernels_carry_the_products_nothing_changes(compile_stage):
-    """C*R = 64 (N128_P64_R4_C16's N, P, R, C): the Gluon aux and state_terms split by themselves,
-    the Triton kernels have no fp32-level dot, so stage37 compiles to stage34's launches; at C*R = 32
-    the streamed aux takes the bf16 split (fewer registers: ptxas, README)."""
-    mine = compile_stage("stage37_bf16split", 128, 64, 4, 16, "")
-    assert mine and _launches(mine) == _launches(compile_stage("stage34_poststeps", 128, 64, 4, 16, ""))
+def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile_stage):
+    """C*R = 64 (N128_P64_R4_C16's N, P, R, C): the Gluon aux and state_terms compile with bf16
+    parts (BF16, 16-bit A operands, K = 16 wgmma), the Triton kernels without fp32-level dots to
+    stage34's launches; at C*R = 32 the streamed aux takes the bf16 split."""
+    mine, theirs = compile_stage("stage37_bf16split", 128, 64, 4, 16, ""), compile_stage("stage34_poststeps", 128, 64, 4, 16, "")
+    assert mine.keys() == theirs.keys()
+    gluon = {k for k in mine if "gluon" in k}
+    assert gluon == {"bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"}
+    for k in gluon:
+        assert (mine[k]["keywords"]["BF16"], mine[k]["keywords"]["KW"], mine[k]["keywords"]["IK"]) == (True, 2, 16)
+        assert theirs[k]["keywords"]["BF16"] is False
+        assert {m["instr"][2] for m in mine[k]["mma"]} == {16} and {m["instr"][2] for m in theirs[k]["mma"]} == {8}
+        assert mine[k]["shared"] < theirs[k]["shared"]
+    assert _launches({k: v for k, v in mine.items() if k not in gluon}) == _launches(
+        {k: v for k, v in theirs.items() if k not in gluon})
     aux = compile_stage("stage37_bf16split", 16, 64, 4, 8, "aux_streamed")
     assert [line["keywords"]["PREC"] for line in aux.values()] == [common.SPLIT_BF16X3]

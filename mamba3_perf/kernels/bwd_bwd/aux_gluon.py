@@ -27,6 +27,7 @@ P <= 64 those branches are not taken: the same PTX as before them.
 """
 from __future__ import annotations
 
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -35,9 +36,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
+from mamba3_perf.kernels.bwd_bwd.common import SPLIT_BF16X3, dot_precision
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring,
-    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, tf32_split, tma_load,
+    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, split_format, split_parts,
+    tma_load,
 )
 
 
@@ -112,14 +115,38 @@ def _increments(deh, dl, qth, qtl, p0: gl.constexpr, k0: gl.constexpr, K: gl.con
 
 
 @gluon.jit
-def _weighted_operands(dkqw, AB: gl.constexpr, SS_L: gl.constexpr):
-    """The weighted scores as A operands of the N walk: dkqw's TF32 parts in registers (dK; K =
-    q) and the high part of dkqw^T in shared memory (dQ's one pass)."""
-    w_hi, w_lo = tf32_split(dkqw)
+def _weighted_operands(dkqw, AB: gl.constexpr, SS_L: gl.constexpr, BF16: gl.constexpr):
+    """The weighted scores as A operands of the N walk: dkqw's TF32 (BF16: bf16) parts in
+    registers (dK; K = q) and the parts of dkqw^T in shared memory (dQ's one TF32 pass reads the
+    high part; BF16's three passes both)."""
+    w_hi, w_lo = split_parts(dkqw, BF16)
     wa_hi = gl.convert_layout(w_hi, AB)
     wa_lo = gl.convert_layout(w_lo, AB)
-    wth_s = gl.allocate_shared_memory(gl.float32, [dkqw.shape[1], dkqw.shape[0]], SS_L, gl.permute(w_hi, (1, 0)))
-    return wa_hi, wa_lo, wth_s
+    wth_s = gl.allocate_shared_memory(w_hi.dtype, [dkqw.shape[1], dkqw.shape[0]], SS_L, gl.permute(w_hi, (1, 0)))
+    if BF16:
+        wtl_s = gl.allocate_shared_memory(w_lo.dtype, [dkqw.shape[1], dkqw.shape[0]], SS_L, gl.permute(w_lo, (1, 0)))
+    else:
+        wtl_s = wth_s  # unread
+    return wa_hi, wa_lo, wth_s, wtl_s
+
+
+@gluon.jit
+def _dphio_rows(DOUT, MO, b, h, c, S, H, VR: gl.constexpr, M: gl.constexpr, P: gl.constexpr, C: gl.constexpr,
+                R: gl.constexpr, REDUCE_O: gl.constexpr, L: gl.constexpr):
+    """dPhiO [M, P] of the program's rows in layout L, fp32 from the 16-bit dout (x mimo_o with
+    REDUCE_O); 0 on rows past VR."""
+    i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
+    p = gl.arange(0, P, layout=gl.SliceLayout(0, L))
+    t = c * C + i // R
+    r = i % R
+    ok = (i < VR)[:, None]
+    if REDUCE_O:
+        d = (gl.load(DOUT + ((b * S + t[:, None]) * H + h) * P + p[None, :], mask=ok, other=0.0).to(gl.float32)
+             * gl.load(MO + (h * R + r[:, None]) * P + p[None, :]))
+    else:
+        d = gl.load(DOUT + (((b * S + t[:, None]) * R + r[:, None]) * H + h) * P + p[None, :],
+                    mask=ok, other=0.0).to(gl.float32)
+    return d
 
 
 @gluon.jit(do_not_specialize=["ZERO"])  # the runtime zero of gluon_common.at_step: never a constant
@@ -134,7 +161,7 @@ def bwd_bwd_aux_gluon_kernel(
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
-    num_warps: gl.constexpr,
+    BF16: gl.constexpr, SD: gl.constexpr, KW: gl.constexpr, IK: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -160,7 +187,14 @@ def bwd_bwd_aux_gluon_kernel(
     to 4x (the [M, P] parts).
 
     SL1 (:data:`AUX_RING1`): the slots of the first walk's TMA ring, its blocks issued SL1 - 1
-    steps ahead."""
+    steps ahead.
+
+    BF16 (stage37_bf16split; bf16 cached states): every split product's three passes over bf16
+    parts (gluon_common.split_parts) in SD-typed shared memory, the A operands' KW and the wgmma's
+    IK of that format (gluon_common.split_format); dQ's two one-pass TF32 products become bf16
+    products as precise or more: dkqw^T ks three passes, dPhiO states^T two (the states are bf16,
+    exact); dPhiO and the rotated q, whose bf16 parts do not sum to them exactly, taken again
+    where the TF32 path summed its parts."""
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
@@ -181,14 +215,14 @@ def bwd_bwd_aux_gluon_kernel(
     WGS: gl.constexpr = num_warps // 4  # warpgroups, splitting each product's columns
     ROW: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
     MS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
-                                                 instr_shape=[16, M // WGS, 8])  # [M, M] scores
+                                                 instr_shape=[16, M // WGS, IK])  # [M, M] scores
     MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
-                                                 instr_shape=[16, P // WGS, 8])  # [M, P]
+                                                 instr_shape=[16, P // WGS, IK])  # [M, P]
     MB: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WGS],
-                                                 instr_shape=[16, NB // WGS, 8])  # [M, NB] N walk
-    AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=1)
-    AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=1)
-    AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=1)
+                                                 instr_shape=[16, NB // WGS, IK])  # [M, NB] N walk
+    AS: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MS, k_width=KW)
+    AP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MP, k_width=KW)
+    AB: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MB, k_width=KW)
     # lanes down the rows: [M, P] tiles copied transposed, and the second walk's [M, NB] q / k
     # tiles (a 16-byte vector a lane from the TMA box, VEC elements)
     TT: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [2, num_warps // 2], [1, 0])
@@ -209,12 +243,7 @@ def bwd_bwd_aux_gluon_kernel(
     vrow = ((b * S + t_r[:, None]) * H + h) * P + p_r[None, :]
     psiv = (gl.load(V + vrow, mask=in_r[:, None], other=0.0).to(gl.float32)
             * gl.load(MV + (h * R + r_r[:, None]) * P + p_r[None, :]))
-    if REDUCE_O:
-        dphio = (gl.load(DOUT + vrow, mask=in_r[:, None], other=0.0).to(gl.float32)
-                 * gl.load(MO + (h * R + r_r[:, None]) * P + p_r[None, :]))
-    else:
-        dphio = gl.load(DOUT + (((b * S + t_r[:, None]) * R + r_r[:, None]) * H + h) * P + p_r[None, :],
-                        mask=in_r[:, None], other=0.0).to(gl.float32)
+    dphio = _dphio_rows(DOUT, MO, b, h, c, S, H, VR, M, P, C, R, REDUCE_O, ROW)
     if HAS_D:
         ddp = dphio * psiv
         if CP == 2:  # each chunk's
@@ -222,17 +251,17 @@ def bwd_bwd_aux_gluon_kernel(
             gl.store(DDP_S + bhc + 1, gl.sum(gl.sum(gl.where((i_r < CR)[:, None], 0.0, ddp), axis=1), axis=0))
         else:
             gl.store(DDP_S + bhc, gl.sum(gl.sum(ddp, axis=1), axis=0))
-    ps_hi, ps_lo = tf32_split(psiv)
-    dp_hi, dp_lo = tf32_split(dphio)
-    CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], gl.float32)
-    PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, M], gl.float32)
-    dph_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_hi)
-    dpl_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, dp_lo)
+    ps_hi, ps_lo = split_parts(psiv, BF16)
+    dp_hi, dp_lo = split_parts(dphio, BF16)
+    CP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, P], SD)
+    PC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([P, M], SD)
+    dph_s = gl.allocate_shared_memory(SD, [M, P], CP_L, dp_hi)
+    dpl_s = gl.allocate_shared_memory(SD, [M, P], CP_L, dp_lo)
     # dkq = PsiV dPhiO^T [M(k), M(q)]: K = P; PsiV's parts the A operand from shared memory at
     # P > M (as dot operands in registers, [M, 128] twice, they spill)
     if P > M:
-        psh_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, ps_hi)
-        psl_s = gl.allocate_shared_memory(gl.float32, [M, P], CP_L, ps_lo)
+        psh_s = gl.allocate_shared_memory(SD, [M, P], CP_L, ps_hi)
+        psl_s = gl.allocate_shared_memory(SD, [M, P], CP_L, ps_lo)
         fence_async_shared()
         cta_barrier()
         dkq = dot3(psh_s, psl_s, dph_s.permute((1, 0)), dpl_s.permute((1, 0)),
@@ -258,9 +287,9 @@ def bwd_bwd_aux_gluon_kernel(
         q1p_buf = q1_buf  # unread
         k1p_buf = k1_buf
     bar1 = ring_barriers(SL1)
-    QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], gl.float32)
-    qh_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
-    ql_s = gl.allocate_shared_memory(gl.float32, [M, NB1], QB_L)
+    QB_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, NB1], SD)
+    qh_s = gl.allocate_shared_memory(SD, [M, NB1], QB_L)
+    ql_s = gl.allocate_shared_memory(SD, [M, NB1], QB_L)
     STEPS1: gl.constexpr = N // NB1
     for k in gl.static_range(SL1 - 1):
         if k < STEPS1:
@@ -284,8 +313,8 @@ def bwd_bwd_aux_gluon_kernel(
         else:
             qv = q1_buf.index(slot).load(ROW)
             kv = k1_buf.index(slot).load(ROW)
-        q_hi, q_lo = tf32_split(qv)
-        ks_hi, ks_lo = tf32_split(kv * ts_r[:, None])
+        q_hi, q_lo = split_parts(qv, BF16)
+        ks_hi, ks_lo = split_parts(kv * ts_r[:, None], BF16)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(lkq,))  # the last step's dots: qh_s / ql_s free
         qh_s.store(q_hi)
         ql_s.store(q_lo)
@@ -321,9 +350,9 @@ def bwd_bwd_aux_gluon_kernel(
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
     dp_hi = dph_s.load(DPL)
     dp_lo = dpl_s.load(DPL)
-    dpth_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_hi, (1, 0)))
-    dptl_s = gl.allocate_shared_memory(gl.float32, [P, M], PC_L, gl.permute(dp_lo, (1, 0)))
-    a_hi, a_lo = tf32_split(lkq * wt + gamma[:, None] * qkd)
+    dpth_s = gl.allocate_shared_memory(SD, [P, M], PC_L, gl.permute(dp_hi, (1, 0)))
+    dptl_s = gl.allocate_shared_memory(SD, [P, M], PC_L, gl.permute(dp_lo, (1, 0)))
+    a_hi, a_lo = split_parts(lkq * wt + gamma[:, None] * qkd, BF16)
     fence_async_shared()
     cta_barrier()
     dpsiv = dot3(gl.convert_layout(a_hi, AP), gl.convert_layout(a_lo, AP), dpth_s.permute((1, 0)),
@@ -340,12 +369,14 @@ def bwd_bwd_aux_gluon_kernel(
     gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < VR)[:, None])
     # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
     # dkqw^T in shared memory (dQ's one pass)
-    SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], gl.float32)
+    SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], SD)
     if P <= M:
-        wa_hi, wa_lo, wth_s = _weighted_operands(dkqw, AB, SS_L)
+        wa_hi, wa_lo, wth_s, wtl_s = _weighted_operands(dkqw, AB, SS_L, BF16)
     i_p = gl.arange(0, M, layout=gl.SliceLayout(1, MP))
     p_p = gl.arange(0, P, layout=gl.SliceLayout(0, MP))
-    if P > M:  # reloaded: [M, P] parts held in registers across dPsiV's product spill at P = 128
+    if BF16:  # bf16 parts do not sum to dPhiO: formed again from the inputs
+        dphio = _dphio_rows(DOUT, MO, b, h, c, S, H, VR, M, P, C, R, REDUCE_O, DPL)
+    elif P > M:  # reloaded: [M, P] parts held in registers across dPsiV's product spill at P = 128
         dphio = dph_s.load(DPL) + dpl_s.load(DPL)  # exact
     else:
         dphio = dp_hi + dp_lo  # exact
@@ -358,17 +389,17 @@ def bwd_bwd_aux_gluon_kernel(
         ecs_d = gl.load(ECS_S + bh * S + c * C + i_d // R, mask=i_d < VR, other=0.0)
     else:
         ecs_d = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
-    de_hi, de_lo = tf32_split(dphio * ecs_d[:, None])
-    DE_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PR, M], gl.float32)
-    deh_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
-    del_s = gl.allocate_shared_memory(gl.float32, [PR, M], DE_L)
+    de_hi, de_lo = split_parts(dphio * ecs_d[:, None], BF16)
+    DE_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PR, M], SD)
+    deh_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
+    del_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
     deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
     del_s.slice(0, P, dim=0).store(gl.permute(de_lo, (1, 0)))
     if P < M:
-        deh_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
-        del_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], gl.float32, ROW))
+        deh_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], SD, ROW))
+        del_s.slice(P, M - P, dim=0).store(gl.zeros([M - P, M], SD, ROW))
     if P > M:  # formed once dPhiO's [M, P] registers are free: held beside them, they spill
-        wa_hi, wa_lo, wth_s = _weighted_operands(dkqw, AB, SS_L)
+        wa_hi, wa_lo, wth_s, wtl_s = _weighted_operands(dkqw, AB, SS_L, BF16)
 
     # ---------------------------------------------------------------- N walk
     i_b = gl.arange(0, M, layout=gl.SliceLayout(1, MB))
@@ -386,14 +417,18 @@ def bwd_bwd_aux_gluon_kernel(
         k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, NB, P], st_desc.layout)
     bar2 = ring_barriers()
-    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], gl.float32)
-    BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], gl.float32)
-    qth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
-    qtl_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)
-    kth_s = gl.allocate_shared_memory(gl.float32, [NB, M], BC_L)  # B of dQ
-    st_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # B of the cached-state term
+    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], SD)
+    BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], SD)
+    qth_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
+    qtl_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)
+    kth_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # B of dQ
+    if BF16:
+        ktl_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # dQ's third pass
+    else:
+        ktl_s = kth_s  # unread
+    st_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # B of the cached-state term
     if CP == 2:
-        st2_s = gl.allocate_shared_memory(gl.float32, [NB, P], BP_L)  # the second chunk's
+        st2_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # the second chunk's
     if ROT:
         _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), q2p_buf.index(0), k2_buf.index(0),
                        k2p_buf.index(0), st_buf, 0, row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0, N, CP)
@@ -426,8 +461,8 @@ def bwd_bwd_aux_gluon_kernel(
         else:
             qv = q2_buf.index(slot).load(QKL)
             kv = k2_buf.index(slot).load(QKL)
-        q_hi, q_lo = tf32_split(qv)
-        ks_hi, _ks_lo = tf32_split(kv * ts_w[:, None])
+        q_hi, q_lo = split_parts(qv, BF16)
+        ks_hi, ks_lo = split_parts(kv * ts_w[:, None], BF16)
         z = j * ZERO  # this step's views of the buffers the products read (gluon_common.at_step)
         qth_j = at_step(qth_s, z, DYN)
         qtl_j = at_step(qtl_s, z, DYN)
@@ -436,14 +471,19 @@ def bwd_bwd_aux_gluon_kernel(
         deh_j = at_step(deh_s, z, DYN)
         del_j = at_step(del_s, z, DYN)
         wth_j = at_step(wth_s, z, DYN)
+        wtl_j = at_step(wtl_s, z, DYN)
+        ktl_j = at_step(ktl_s, z, DYN)
+        dpl_j = at_step(dpl_s, z, DYN)
         dph_j = at_step(dph_s, z, DYN)
         qth_j.store(gl.permute(q_hi, (1, 0)))
         qtl_j.store(gl.permute(q_lo, (1, 0)))
         kth_j.store(gl.permute(ks_hi, (1, 0)))
-        st_j.store(st_buf.index(slot * CP).load(ROW).to(gl.float32))  # 16-bit states: exact in TF32
+        if BF16:
+            ktl_j.store(gl.permute(ks_lo, (1, 0)))
+        st_j.store(st_buf.index(slot * CP).load(ROW).to(SD))  # 16-bit states: exact in TF32 (bf16 ones in bf16)
         if CP == 2:
             st2_j = at_step(st2_s, z, DYN)
-            st2_j.store(st_buf.index(slot * CP + 1).load(ROW).to(gl.float32))
+            st2_j.store(st_buf.index(slot * CP + 1).load(ROW).to(SD))
         fence_async_shared()
         cta_barrier()
         # the increments of each chunk: its K rows (CP = 2: each chunk's 32 of the 64)
@@ -456,14 +496,25 @@ def bwd_bwd_aux_gluon_kernel(
                 inc2_hi = _increments(deh_j, del_j, qth_j, qtl_j, M, CR, CR, MB)
         dks = dot3(wa_hi, wa_lo, qth_j.permute((1, 0)), qtl_j.permute((1, 0)),
                     gl.zeros([M, NB], gl.float32, MB), False)
-        dqr = warpgroup_mma(wth_j, kth_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
-                            use_acc=False, is_async=True)
-        dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
-                               use_acc=False, is_async=True)
+        if BF16:  # dkqw^T ks in three bf16 passes, dPhiO states^T in two (bf16 states exact)
+            dqr = dot3(wth_j, wtl_j, kth_j.permute((1, 0)), ktl_j.permute((1, 0)),
+                       gl.zeros([M, NB], gl.float32, MB), False)
+            dq_raw = warpgroup_mma(dpl_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+                                   use_acc=False, is_async=True)
+            dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), dq_raw, is_async=True)
+        else:
+            dqr = warpgroup_mma(wth_j, kth_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+                                use_acc=False, is_async=True)
+            dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+                                   use_acc=False, is_async=True)
         if CP == 2:  # dPhiO against the second chunk's states: its rows kept below
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
-        if ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
+            if BF16:
+                dq_raw2 = warpgroup_mma(dpl_j, st2_j.permute((1, 0)), dq_raw2, is_async=True)
+        if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows moved over
+            qr_b = gl.convert_layout(qv, MB)
+        elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
             qr_b = qth_j.permute((1, 0)).load(MB) + qtl_j.permute((1, 0)).load(MB)
         else:
             qr_b = q2_buf.index(slot).load(MB)
@@ -620,6 +671,12 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         raise ValueError(f"the Gluon aux runs {WG_ROWS} fused rows a program: C*R = {meta.C * meta.R} with "
                          f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
+    # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands)
+    # and one chunk a program (with two, the increments take each chunk's 32 of the 64 K columns:
+    # 64 bytes into a 128-byte swizzle line in bf16, not a wgmma operand's start)
+    bf16 = (dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
+            and cp == 1)
+    sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
     if rot_inline:
         qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("q", "k")]
@@ -642,5 +699,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
-        num_warps=4 * AUX_WARPGROUPS,
+        BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=4 * AUX_WARPGROUPS,
     )

@@ -10,14 +10,18 @@ emulated (mamba3_perf.analysis.precision, benchmarks/precision_plan.py, records/
 every product at bf16x3 keeps each gradient within its bound on all eleven official shapes, and
 one bf16 pass does not (README, "How many tensor passes each product needs").
 
-What changes where: for 16-bit inputs and cached states (:func:`splits_bf16`), common.split_bf16x3 turns common.fdot's fp32-level dots (tf32x3 and the
-hand-split SPLIT_TF32X3, the streamed aux's included) into common.SPLIT_BF16X3 on CUDA. On the
-official grid that is the Triton streamed aux and the wave state pass, which stage34 runs where a
-chunk has C*R = 32 rows (N16_P64_R4_C8, N256_P64_R4_C8, N128_P128_R4_C8). The Gluon aux and
-state_terms split by themselves (gluon_common.dot3) and keep tf32x3 here; the one-pass TF32 dots
-(common.split_precisions' PLO, PQ) too. Elsewhere (Triton's interpreter, Ascend) the dots stay
-"ieee", so this stage computes there exactly what stage34 does: the interpreter cannot check the
-bf16 passes (it multiplies bf16 dot operands as bit patterns), the device runs do.
+What changes where: for 16-bit inputs and cached states (:func:`splits_bf16`), common.split_bf16x3
+turns common.fdot's fp32-level dots (tf32x3 and the hand-split SPLIT_TF32X3, the streamed aux's
+included) into common.SPLIT_BF16X3 on CUDA: the Triton streamed aux and the wave state pass, which
+stage34 runs where a chunk has C*R = 32 rows (N16_P64_R4_C8, N256_P64_R4_C8, N128_P128_R4_C8). The
+Gluon state_terms and aux (gluon_common.split_parts, their BF16 constexpr) take bf16 parts in the
+same scope: bf16 shared operands, 16-bit A registers, K = 16 wgmma; the aux only with bf16 cached
+states (exact as bf16 operands) and one chunk a program, and there dQ's two one-pass TF32
+products become three and two bf16 passes (as precise or more). The one-pass TF32 dots of the
+Triton kernels (common.split_precisions' PLO, PQ) stay. Elsewhere (Triton's interpreter, Ascend)
+the dots stay "ieee", so this stage computes there exactly what stage34 does; the interpreter
+checks the Triton kernels' bf16 passes with CUDA's bf16 dots emulated
+(tests/kernels/test_bf16split.py), the device runs check the Gluon ones.
 """
 from __future__ import annotations
 
