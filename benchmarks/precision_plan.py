@@ -4,7 +4,7 @@ golden criterion (mamba3_perf.analysis.precision), on the CPU: no kernel runs, n
 Per case (the official N, P, R, C at S = 2048 by default, on B x H = 1 x 4 (b, h) pairs, bf16
 inputs, bf16 cached states as the benchmarks run them): the fp32 reference with every product at
 one scheme (all-bf16, all-TF32, ..., all-bf16x3), each product's cheapest scheme with the others
-fp32, and the joint plan the search settles on; and per case what one chunk's products cost on
+fp32, and the joint plan the search settles on (analysis.precision.search); and per case what one chunk's products cost on
 one SM's tensor cores at each plan (analysis.precision.chunk_tensor_us).
 
     python benchmarks/precision_plan.py --json records/precision-plan-COMMIT.json
@@ -65,7 +65,8 @@ def main(argv=None) -> int:
         found = precision.search(trials, progress=lambda name, scheme, r: bar.update(
             task, advance=1, description=f"{name} at {scheme}: {max(r.values()):.3g}"))
     console.print(f"alone: {found.alone}")
-    console.print(f"plan: {found.plan} (repairs {found.repairs}); worst {max(found.plan_ratios.values()):.3g}")
+    console.print(f"uniform: {found.uniform}; plan: {found.plan} (lowered {found.lowered}); "
+                  f"worst {max(found.plan_ratios.values()):.3g}")
 
     cost = []
     for t in trials:
@@ -94,7 +95,8 @@ def main(argv=None) -> int:
         "tried": found.tried,
         "plan": found.plan,
         "plan_ratios": found.plan_ratios,
-        "repairs": found.repairs,
+        "uniform_plan": found.uniform,
+        "lowered": found.lowered,
         "chunk_cost": cost,
     }
     text = json.dumps(record, indent=1, sort_keys=False)

@@ -138,53 +138,69 @@ def passes(ratios: dict[str, float]) -> bool:
 @dataclass
 class PlanSearch:
     """The search's findings: each product's cheapest passing scheme with the others fp32
-    (``alone``, with the worst gradient ratio of every scheme tried), and the plan that passes
-    with all products lowered together (``plan``, after ``repairs``)."""
+    (``alone``, with the worst gradient ratio of every scheme tried), the cheapest single scheme
+    that passes for every product at once (``uniform``), and the plan from there (``plan``): each
+    product lowered, one at a time, to the cheapest scheme that keeps every gradient in bound with
+    the others as they stand (``lowered``: (product, from, to))."""
 
     alone: dict[str, str] = field(default_factory=dict)
     tried: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    uniform: str = ""
     plan: dict[str, str] = field(default_factory=dict)
     plan_ratios: dict[str, float] = field(default_factory=dict)
-    repairs: list[tuple[str, str, str]] = field(default_factory=list)
+    lowered: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def search(trials: list[Trial], products: Iterable[str] = PRODUCTS, *, progress=None) -> PlanSearch:
-    """Cheapest scheme per product alone (schemes in :data:`ORDER`), then the joint plan: lower
-    all together; while a gradient fails, raise the one product whose next scheme (in ORDER)
-    brings the worst ratio down most."""
+    """Cheapest scheme per product alone (schemes in :data:`ORDER`); the cheapest uniform scheme
+    that passes; then, from that plan, each product (most FLOPs first; the qk_dot terms last) taken
+    down to the cheapest scheme at or above its ``alone`` minimum that keeps the whole plan passing.
+    Each step keeps a passing plan, so the result passes by construction (and is judged again)."""
+    products = list(products)
     res = PlanSearch()
+
+    def judge(plan, name, scheme):
+        r = worst(plan, trials)
+        if progress:
+            progress(name, scheme, r)
+        return r
+
     for name in products:
         res.tried[name] = {}
         for scheme in ORDER:
-            r = worst({name: scheme}, trials)
+            r = judge({name: scheme}, name, scheme)
             res.tried[name][scheme] = r
-            if progress:
-                progress(name, scheme, r)
             if passes(r):
                 res.alone[name] = scheme
                 break
-    plan = dict(res.alone)
-    ratios = worst(plan, trials)
-    while not passes(ratios):
-        best = None
-        for name, scheme in plan.items():
-            i = ORDER.index(scheme)
-            if i + 1 >= len(ORDER):
-                continue
-            cand = dict(plan, **{name: ORDER[i + 1]})
-            r = worst(cand, trials)
-            if progress:
-                progress(name, ORDER[i + 1], r)
-            key = max(r.values())
-            if best is None or key < best[0]:
-                best = (key, name, cand, r)
-        if best is None:
+    for scheme in ORDER:
+        ratios = judge({p: scheme for p in products}, "all", scheme)
+        if passes(ratios):
+            res.uniform = scheme
             break
-        _, name, cand, r = best
-        res.repairs.append((name, plan[name], cand[name]))
-        plan, ratios = cand, r
+    plan = {p: res.uniform for p in products}
+    order = sorted(products, key=lambda p: -_product_weight(p))
+    for name in order:
+        lo = ORDER.index(res.alone.get(name, res.uniform))
+        for scheme in ORDER[lo:ORDER.index(plan[name])]:
+            cand = dict(plan, **{name: scheme})
+            r = judge(cand, name, scheme)
+            if passes(r):
+                res.lowered.append((name, plan[name], scheme))
+                plan, ratios = cand, r
+                break
     res.plan, res.plan_ratios = plan, ratios
     return res
+
+
+def _product_weight(name: str) -> int:
+    """A product's MACs on a chunk of N128_P64_R4_C16 (the order the search lowers them in); the
+    qk_dot terms, not in limits.MATMULS, 0."""
+    dims = {"CR": 64, "N": 128, "P": 64}
+    for what, (m, k, n) in MATMULS:
+        if what == name:
+            return dims[m] * dims[k] * dims[n]
+    return 0
 
 
 # ------------------------------------------------------------------------------ cost

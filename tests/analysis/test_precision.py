@@ -73,11 +73,15 @@ def test_one_bf16_pass_fails_and_three_pass(trial):
         precision.products_hook({"k . q^T": "fp8"})
 
 
-def test_search_finds_a_passing_plan_no_dearer_than_bf16x3(trial):
+def test_search_finds_a_passing_plan_no_dearer_than_uniform(trial):
     res = precision.search([trial], products=["k . q^T", "PsiV . dPhiO^T", "(lkq) . dPhiO"])
     assert res.alone["k . q^T"] == "bf16x3" and res.alone["(lkq) . dPhiO"] == "bf16"
+    assert res.uniform == "bf16x3"
     assert precision.passes(res.plan_ratios)
     assert precision.passes(precision.worst(res.plan, [trial]))  # judged again, not taken on trust
+    for name, scheme in res.plan.items():  # never below its own minimum, never above the uniform one
+        assert precision.ORDER.index(res.alone[name]) <= precision.ORDER.index(scheme) <= precision.ORDER.index("bf16x3")
+    assert ("(lkq) . dPhiO", "bf16x3", "bf16") in res.lowered
     # the tried table records every scheme below the chosen one as failing
     for name, scheme in res.alone.items():
         below = precision.ORDER[:precision.ORDER.index(scheme)]
