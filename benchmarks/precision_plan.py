@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     from rich.progress import Progress
 
     console = Console(stderr=True)
+    tree = worktree_tree()  # the tree that runs, taken before any edit made while this runs
     cases = [replace(c, B=args.batch, H=args.heads, G=1) for c in select_cases(args.cases)]
     t0 = time.time()
     trials = []
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
             "what": "tensor-core schemes per bwd_bwd product against the golden criterion, emulated "
                     "in the fp32 reference on the CPU (mamba3_perf.analysis.precision); no timing",
             "command": " ".join(["python", "benchmarks/precision_plan.py", *(sys.argv[1:] if argv is None else argv)]),
-            "git_tree": worktree_tree(), "torch": torch.__version__, "python": platform.python_version(),
+            "git_tree": tree, "torch": torch.__version__, "python": platform.python_version(),
             "cases": [c.to_dict() for c in cases], "seed": args.seed,
             "schemes": {s: {"format": f, "passes": [list(p) for p in ps], "cost_bf16_passes": precision.scheme_cost(s)}
                         for s, (f, ps) in precision.SCHEMES.items()},
