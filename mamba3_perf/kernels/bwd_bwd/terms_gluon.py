@@ -600,8 +600,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     caps its registers per thread."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
-    bf16 = dot_precision(x["q"].device) == SPLIT_BF16X3  # inside common.split_bf16x3 (stage37)
-    sd, kw, ik = split_format(bf16)
     pipe = bool(PIPELINE if pipeline is None else pipeline)
     if states_global and (cp != 1 or pipe):
         raise ValueError(f"states_global: one chunk a program without pipeline only; got {cp} chunk(s) a "
@@ -621,6 +619,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         fin = (out["DK"], out["DANGLES"], s["GDB"], x["q"], x["q_bias"])
     else:
         fin = (out["DV"], out["DANGLES"], x["k_bias"], x["q"], x["q_bias"])  # unread
+    bf16 = dot_precision(x["q"].device) == SPLIT_BF16X3  # inside common.split_bf16x3 (stage37)
+    sd, kw, ik = split_format(bf16)
     launching.launch(bwd_bwd_state_terms_gluon_kernel, (meta.B * meta.H * meta.nchunks // cp,))(
         row_blocks(s["DST"], meta.P, [bnb, meta.P]), row_blocks(x["states"], meta.P, [bnb, meta.P]),
         kr, row_blocks(s["DKS"], meta.N, [WG_ROWS, bnb], box),
