@@ -113,10 +113,11 @@ def _launches(lines):
 
 
 def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile_stage):
-    """C*R = 64 (N128_P64_R4_C16's N, P, R, C): the Gluon aux and state_terms compile with bf16
-    parts (BF16, 16-bit A operands, K = 16 wgmma), the Triton kernels without fp32-level dots to
-    stage34's launches; at C*R = 32 the streamed aux takes the bf16 split."""
-    mine, theirs = compile_stage("stage37_bf16split", 128, 64, 4, 16, ""), compile_stage("stage34_poststeps", 128, 64, 4, 16, "")
+    """C*R = 64 (N128_P64_R4_C16's N, P, R, C): the Gluon state_terms and (with its knob) the aux
+    compile with bf16 parts (BF16, 16-bit A operands, K = 16 wgmma), the Triton kernels without
+    fp32-level dots to stage34's launches; at C*R = 32 the streamed aux takes the bf16 split."""
+    mine = compile_stage("stage37_bf16split", 128, 64, 4, 16, "", knobs=("aux_gluon.BF16=1",))
+    theirs = compile_stage("stage34_poststeps", 128, 64, 4, 16, "")
     assert mine.keys() == theirs.keys()
     gluon = {k for k in mine if "gluon" in k}
     assert gluon == {"bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"}
@@ -127,5 +128,8 @@ def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile
         assert mine[k]["shared"] < theirs[k]["shared"]
     assert _launches({k: v for k, v in mine.items() if k not in gluon}) == _launches(
         {k: v for k, v in theirs.items() if k not in gluon})
+    # the aux's bf16 parts wait behind their knob (aux_gluon.BF16) until a GPU has checked them
+    plain = compile_stage("stage37_bf16split", 128, 64, 4, 16, "aux_gluon")
+    assert [line["keywords"]["BF16"] for line in plain.values()] == [False]
     aux = compile_stage("stage37_bf16split", 16, 64, 4, 8, "aux_streamed")
     assert [line["keywords"]["PREC"] for line in aux.values()] == [common.SPLIT_BF16X3]

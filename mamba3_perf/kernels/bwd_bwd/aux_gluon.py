@@ -637,6 +637,14 @@ AUX_WARPGROUPS: int = 1
 AUX_RING1: int = 2
 
 
+# knob: the products over bf16 parts inside common.split_bf16x3 (the kernel's BF16; stage37), where
+# the cached states are bf16 and one chunk runs a program. Off until a GPU has run it: compiled
+# for sm_90 (201 registers and 80 KB of shared memory against 254 and 102 KB on N128_P64_R4_C16,
+# benchmarks/ptxas_stage.py stage37_bf16split 128 64 4 16 --kernel aux --knob aux_gluon.BF16=1),
+# not yet golden-checked or timed on one (no device machine came in the session that wrote it)
+BF16: bool = False
+
+
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
     half (N / 2 a multiple of AUX_NB1), so that its partners are one box."""
@@ -674,7 +682,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands)
     # and one chunk a program (with two, the increments take each chunk's 32 of the 64 K columns:
     # 64 bytes into a 128-byte swizzle line in bf16, not a wgmma operand's start)
-    bf16 = (dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
+    bf16 = (BF16 and dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
             and cp == 1)
     sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
