@@ -85,8 +85,9 @@ def split_bf16x3():
     SPLIT_TF32X3 (the streamed aux's dots included, :func:`split_tf32x3` inside or not): every
     fp32-level dot of the Triton kernels launched there as :func:`fdot`'s three bf16 passes, half
     the tensor work of three TF32 passes (stage37_bf16split; analysis.precision measured that the
-    golden criterion holds). Other devices ("ieee"), the low dots (one TF32 pass) and the Gluon
-    kernels, which split by themselves: unchanged."""
+    golden criterion holds). Other devices ("ieee") and the low dots (one TF32 pass): unchanged.
+    The Gluon kernels split by themselves and read the same scope (terms_gluon; aux_gluon behind
+    its BF16 knob) through dot_precision."""
     token = _SPLIT_BF16.set(True)
     try:
         yield

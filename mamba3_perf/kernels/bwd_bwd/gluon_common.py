@@ -54,8 +54,8 @@ def split_format(bf16: bool):
 
 @gluon.jit
 def dot3(a_hi, a_lo, b_hi, b_lo, acc, use_acc: gl.constexpr):
-    """acc (+)= a @ b as three asynchronous TF32 wgmma (lo.hi, hi.lo, hi.hi: tf32x3 in
-    common.fdot's order); b_* are [K, N] shared-memory views, a_* registers or shared memory.
+    """acc (+)= a @ b as three asynchronous wgmma, TF32 or bf16 by the parts' type (lo.hi, hi.lo,
+    hi.hi: common.fdot's order); b_* are [K, N] shared-memory views, a_* registers or shared memory.
     The caller waits (warpgroup_mma_wait) before reading acc or reusing the operands' memory."""
     acc = warpgroup_mma(a_lo, b_hi, acc, use_acc=use_acc, is_async=True)
     acc = warpgroup_mma(a_hi, b_lo, acc, is_async=True)

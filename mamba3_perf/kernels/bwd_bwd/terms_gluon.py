@@ -9,7 +9,9 @@ into a two-slot ring, the next block's copy in flight while this block computes.
 dstates, split into high and low parts, is written twice to shared memory (as [BNB, P] for
 dK_raw, whose K is P, and transposed for ks dstates, whose K is BNB: TF32 wgmma reads only
 K-major operands), and the six TF32 wgmma of the two products (tf32x3: lo.hi, hi.lo, hi.hi, as
-common.fdot) are issued asynchronously while the block's DDA term is formed.
+common.fdot) are issued asynchronously while the block's DDA term is formed. Inside
+common.split_bf16x3 (stage37_bf16split) the parts are bf16 instead (the kernel's BF16): three bf16
+wgmma a product, bf16 shared operands.
 """
 from __future__ import annotations
 
