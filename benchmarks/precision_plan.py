@@ -38,7 +38,6 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the record here (atomically)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
     from rich.console import Console
     from rich.progress import Progress
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
             row[f"plan_{key}_us"] = precision.chunk_tensor_us(t.case, found.plan, dev)
             for scheme in UNIFORM:
                 row[f"{scheme}_{key}_us"] = precision.chunk_tensor_us(t.case, scheme, dev)
-        row["chunk_mflop"] = sum(precision.chunk_flops(t.case).values()) / 1e6
+        row["chunk_mflop"] = sum(limits.chunk_matmul_flops(t.case).values()) / 1e6
         cost.append(row)
 
     record = {

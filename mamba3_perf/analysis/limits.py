@@ -177,11 +177,15 @@ def unique_bytes(case: Case, *, states_bytes: int = 2) -> int:
     return ins + outs
 
 
+def chunk_matmul_flops(case: Case) -> dict[str, int]:
+    """FLOPs (2 per MAC) of each of :data:`MATMULS` on one chunk of one (b, h)."""
+    dims = {"CR": case.C * case.R, "N": case.N, "P": case.P}
+    return {what: 2 * dims[m] * dims[k] * dims[n] for what, (m, k, n) in MATMULS}
+
+
 def matmul_flops(case: Case) -> int:
     """FLOPs of the bwd_bwd matmuls (2 per MAC) over all chunks and (b, h)."""
-    dims = {"CR": case.C * case.R, "N": case.N, "P": case.P}
-    macs = sum(dims[m] * dims[k] * dims[n] for _, (m, k, n) in MATMULS)
-    return 2 * macs * case.B * case.H * case.nchunks
+    return sum(chunk_matmul_flops(case).values()) * case.B * case.H * case.nchunks
 
 
 def case_limits(case: Case, device: DeviceSpec = H200, *, states_bytes: int = 2) -> dict:

@@ -15,15 +15,14 @@ reference. A tensor core's own TF32 truncation of a ``lo`` part is not modelled.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
 
-from mamba3_perf.analysis.limits import MATMULS, DeviceSpec
+from mamba3_perf.analysis.limits import DeviceSpec, chunk_matmul_flops
 from mamba3_perf.kernels.accuracy import check
-from mamba3_perf.kernels.cases import Case
+from mamba3_perf.kernels.cases import Case, get_case
 from mamba3_perf.kernels.reference import GRADIENTS, PRODUCTS, bwd_bwd_ref
 
 # scheme -> (input format, passes as (part of a, part of b)); "hi" is the operand rounded to
@@ -194,30 +193,18 @@ def search(trials: list[Trial], products: Iterable[str] = PRODUCTS, *, progress=
 
 
 def _product_weight(name: str) -> int:
-    """A product's MACs on a chunk of N128_P64_R4_C16 (the order the search lowers them in); the
+    """A product's FLOPs on a chunk of N128_P64_R4_C16 (the order the search lowers them in); the
     qk_dot terms, not in limits.MATMULS, 0."""
-    dims = {"CR": 64, "N": 128, "P": 64}
-    for what, (m, k, n) in MATMULS:
-        if what == name:
-            return dims[m] * dims[k] * dims[n]
-    return 0
+    return chunk_matmul_flops(get_case("N128_P64_R4_C16")).get(name, 0)
 
 
 # ------------------------------------------------------------------------------ cost
-def chunk_flops(case: Case) -> dict[str, int]:
-    """FLOPs of one chunk's products (the nine of limits.MATMULS; the qk_dot terms are
-    elementwise work in a kernel and left out)."""
-    dims = {"CR": case.C * case.R, "N": case.N, "P": case.P}
-    return {name: 2 * dims[m] * dims[k] * dims[n] for name, (m, k, n) in MATMULS}
-
-
 def chunk_tensor_us(case: Case, plan: dict[str, str] | str, device: DeviceSpec) -> float:
     """µs of one SM's tensor cores for one chunk's products at ``plan`` (a plan dict, or one
-    scheme for every product), at the device's dense bf16 rate shared over its SMs."""
+    scheme for every product), at the device's dense bf16 rate shared over its SMs. The products
+    are limits.MATMULS (limits.chunk_matmul_flops): the qk_dot terms are elementwise work in a
+    kernel and left out."""
     per_sm = device.bf16_matrix_flops / device.sm_count
-    fl = chunk_flops(case)
-    total = 0.0
-    for name, f in fl.items():
-        scheme = plan if isinstance(plan, str) else plan.get(name, "fp32")
-        total += f * scheme_cost(scheme)
-    return total / per_sm * 1e6 if not math.isnan(per_sm) else math.nan
+    total = sum(f * scheme_cost(plan if isinstance(plan, str) else plan.get(name, "fp32"))
+                for name, f in chunk_matmul_flops(case).items())
+    return total / per_sm * 1e6

@@ -90,7 +90,7 @@ def test_search_finds_a_passing_plan_no_dearer_than_uniform(trial):
 
 def test_chunk_cost_scales_with_the_passes():
     c = get_case("N128_P64_R4_C16")
-    assert sum(precision.chunk_flops(c).values()) == limits.matmul_flops(c) // (c.B * c.H * c.nchunks)
+    assert sum(limits.chunk_matmul_flops(c).values()) == limits.matmul_flops(c) // (c.B * c.H * c.nchunks)
     one = precision.chunk_tensor_us(c, "bf16", limits.H100)
     assert precision.chunk_tensor_us(c, "tf32x3", limits.H100) == pytest.approx(6 * one)
     assert one == pytest.approx(8.39e6 / (7.9e14 / 132) * 1e6, rel=1e-3)
