@@ -37,7 +37,8 @@ def compile_stage():
     MMA shapes)} of the kernels whose
     name contains ``kernel`` (every kernel: ""); ``knobs``: MODULE.ATTR=v knobs (kernels.knobs) set
     for the compile; ``banks``: each line with its Gluon kernel's register <-> shared copies
-    (mamba3_perf.analysis.banks.summary's rows, under "banks")."""
+    (mamba3_perf.analysis.banks.summary's rows, under "banks"). The line's compile time
+    ("seconds") is left out: it differs between compiles of the same launch."""
     def run(stage, N, P, R, C, kernel, knobs=(), banks=False):
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         knob_args = [arg for k in knobs for arg in ("--knob", k)]
@@ -45,5 +46,6 @@ def compile_stage():
                               str(R), str(C), "--kernel", kernel, *knob_args, *(["--banks"] if banks else [])],
                              capture_output=True, text=True, env=env, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]
-        return {k["kernel"]: k for k in map(json.loads, res.stdout.splitlines())}
+        lines = (json.loads(line) for line in res.stdout.splitlines())
+        return {k["kernel"]: {f: v for f, v in k.items() if f != "seconds"} for k in lines}
     return run
