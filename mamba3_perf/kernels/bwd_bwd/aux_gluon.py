@@ -195,6 +195,9 @@ def bwd_bwd_aux_gluon_kernel(
     products as precise or more: dkqw^T ks three passes, dPhiO states^T two (the states are bf16,
     exact); dPhiO and the rotated q, whose bf16 parts do not sum to them exactly, taken again
     where the TF32 path summed its parts."""
+    # bf16 parts with one chunk a program only (launch_aux): with two, the increments' K slices
+    # would start 64 bytes into a 128-byte swizzle line
+    gl.static_assert(not (BF16 and CP == 2), "BF16 with one chunk a program only")
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
@@ -510,8 +513,6 @@ def bwd_bwd_aux_gluon_kernel(
         if CP == 2:  # dPhiO against the second chunk's states: its rows kept below
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
-            if BF16:
-                dq_raw2 = warpgroup_mma(dpl_j, st2_j.permute((1, 0)), dq_raw2, is_async=True)
         if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows moved over
             qr_b = gl.convert_layout(qv, MB)
         elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
