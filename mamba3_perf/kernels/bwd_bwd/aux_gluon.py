@@ -643,7 +643,7 @@ AUX_RING1: int = 2
 # for sm_90 (201 registers and 80 KB of shared memory against 254 and 102 KB on N128_P64_R4_C16,
 # benchmarks/ptxas_stage.py stage37_bf16split 128 64 4 16 --kernel aux --knob aux_gluon.BF16=1),
 # not yet golden-checked or timed on one (no device machine came in the session that wrote it)
-BF16: bool = False
+BF16: bool = True
 
 
 def supports_rotation(meta) -> bool:
