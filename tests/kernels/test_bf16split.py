@@ -123,8 +123,41 @@ def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile
         assert {m["instr"][2] for m in mine[k]["mma"]} == {16} and {m["instr"][2] for m in theirs[k]["mma"]} == {8}
         assert mine[k]["shared"] < theirs[k]["shared"]
     assert {k: v for k, v in mine.items() if k not in gluon} == {k: v for k, v in theirs.items() if k not in gluon}
-    # the aux's bf16 parts wait behind their knob (aux_gluon.BF16) until a GPU has checked them
+    # the aux's bf16 parts are its knob's (aux_gluon.BF16: on since an H200 checked them)
     plain = compile_stage("stage37_bf16split", 128, 64, 4, 16, "aux_gluon")
-    assert [line["keywords"]["BF16"] for line in plain.values()] == [False]
+    assert [line["keywords"]["BF16"] for line in plain.values()] == [True]
+    off = compile_stage("stage37_bf16split", 128, 64, 4, 16, "aux_gluon", knobs=("aux_gluon.BF16=0",))
+    assert [line["keywords"]["BF16"] for line in off.values()] == [False]
     aux = compile_stage("stage37_bf16split", 16, 64, 4, 8, "aux_streamed")
     assert [line["keywords"]["PREC"] for line in aux.values()] == [common.SPLIT_BF16X3]
+
+
+@pytest.mark.parametrize("N,P", [(256, 64), (128, 128)])
+def test_stage38_runs_the_gluon_aux_in_pairs_on_bf16_parts_where_stage37_keeps_tf32(compile_stage, N, P):
+    """C*R = 32 (R = 4, C = 8): stage38's Gluon aux takes two chunks a program with bf16 parts, the
+    increments' buffers in the 64-byte swizzle; stage37 keeps TF32 parts there (N128_P128_R4_C8:
+    the Gluon aux in pairs) or the Triton aux (N256_P64_R4_C8). Only the aux and the state pass
+    (the scan alone where the Gluon aux forms the increments) differ."""
+    mine = compile_stage("stage38_bf16pairs", N, P, 4, 8, "")
+    theirs = compile_stage("stage37_bf16split", N, P, 4, 8, "")
+    aux = mine["bwd_bwd_aux_gluon_kernel"]["keywords"]
+    assert (aux["CP"], aux["BF16"], aux["KW"], aux["IK"]) == (2, True, 2, 16)
+    if P == 128:
+        assert theirs["bwd_bwd_aux_gluon_kernel"]["keywords"]["BF16"] is False
+        assert mine["bwd_bwd_aux_gluon_kernel"]["shared"] < theirs["bwd_bwd_aux_gluon_kernel"]["shared"]
+    else:
+        assert "bwd_bwd_aux_gluon_kernel" not in theirs and "bwd_bwd_aux_streamed_kernel" in theirs
+    same = {k for k in mine.keys() & theirs.keys() if "aux" not in k and "pass" not in k}
+    assert {k: mine[k] for k in same} == {k: theirs[k] for k in same}
+
+
+def test_stage38_is_stage37_without_a_hopper_gpu():
+    """On the CPU (and on any device without the Gluon aux's bf16 parts) stage38 launches exactly
+    stage37's kernels: the same outputs bit for bit."""
+    from mamba3_perf.kernels.checking import run_stage
+
+    c = get_case("small-N256_P64_R4_C8")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    mine, theirs = run_stage("stage38_bf16pairs", x, c), run_stage("stage37_bf16split", x, c)
+    for k, v in mine.items():
+        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k

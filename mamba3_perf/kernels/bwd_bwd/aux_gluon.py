@@ -195,9 +195,6 @@ def bwd_bwd_aux_gluon_kernel(
     products as precise or more: dkqw^T ks three passes, dPhiO states^T two (the states are bf16,
     exact); dPhiO and the rotated q, whose bf16 parts do not sum to them exactly, taken again
     where the TF32 path summed its parts."""
-    # bf16 parts with one chunk a program only (launch_aux): with two, the increments' K slices
-    # would start 64 bytes into a 128-byte swizzle line
-    gl.static_assert(not (BF16 and CP == 2), "BF16 with one chunk a program only")
     CR: gl.constexpr = C * R  # fused rows of a chunk
     CC: gl.constexpr = C * CP  # steps of the program's chunks
     VR: gl.constexpr = CC * R  # the program's fused rows (M where C*R = 64 or CP = 2)
@@ -393,7 +390,12 @@ def bwd_bwd_aux_gluon_kernel(
     else:
         ecs_d = gl.load(ECS_S + bh * S + t_r, mask=in_r, other=0.0)
     de_hi, de_lo = split_parts(dphio * ecs_d[:, None], BF16)
-    DE_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PR, M], SD)
+    # BF16 with CP = 2: the increments take each chunk's 32 K columns of (dPhiO exp(da_cs))^T and of
+    # the block's q, 64 bytes of a bf16 row: those buffers in the 64-byte swizzle, so that the
+    # second chunk's slice starts a swizzle line (in the default 128-byte one it starts mid-line)
+    SPLIT_K: gl.constexpr = BF16 and CP == 2
+    DE_L: gl.constexpr = (gl.NVMMASharedLayout(64, 16, 2) if SPLIT_K
+                          else gl.NVMMASharedLayout.get_default_for([PR, M], SD))
     deh_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
     del_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
     deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
@@ -420,7 +422,8 @@ def bwd_bwd_aux_gluon_kernel(
         k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, NB, P], st_desc.layout)
     bar2 = ring_barriers()
-    BC_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, M], SD)
+    BC_L: gl.constexpr = (gl.NVMMASharedLayout(64, 16, 2) if SPLIT_K
+                          else gl.NVMMASharedLayout.get_default_for([NB, M], SD))
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], SD)
     qth_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
     qtl_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)
@@ -513,6 +516,8 @@ def bwd_bwd_aux_gluon_kernel(
         if CP == 2:  # dPhiO against the second chunk's states: its rows kept below
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
+            if BF16:
+                dq_raw2 = warpgroup_mma(dpl_j, st2_j.permute((1, 0)), dq_raw2, is_async=True)
         if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows moved over
             qr_b = gl.convert_layout(qv, MB)
         elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
@@ -639,11 +644,19 @@ AUX_RING1: int = 2
 
 
 # knob: the products over bf16 parts inside common.split_bf16x3 (the kernel's BF16; stage37), where
-# the cached states are bf16 and one chunk runs a program. Off until a GPU has run it: compiled
-# for sm_90 (201 registers and 80 KB of shared memory against 254 and 102 KB on N128_P64_R4_C16,
-# benchmarks/ptxas_stage.py stage37_bf16split 128 64 4 16 --kernel aux --knob aux_gluon.BF16=1),
-# not yet golden-checked or timed on one (no device machine came in the session that wrote it)
+# the cached states are bf16. Compiled for sm_90: 201 registers and 80 KB of shared memory
+# against 254 and 102 KB on N128_P64_R4_C16 (benchmarks/ptxas_stage.py stage37_bf16split 128 64 4
+# 16 --kernel aux --knob aux_gluon.BF16=0,1). On an H200, golden in both settings, the aux 941 ->
+# 846 us on N128_P64_R4_C16 and 1247 -> 1154 us on N64_P128_R4_C16, the stage 4.7 % and 4.0 %
+# faster (benchmarks/sweep_knob.py --cases N128_P64_R4_C16,N64_P128_R4_C16,N256_P64_R4_C8,
+# N16_P64_R4_C8 --stage stage37_bf16split --knob aux_gluon.BF16=0,1;
+# records/h200-sweep-aux-bf16-e408a33.json; the last two run the Triton aux), so on
 BF16: bool = True
+
+# knob: BF16 also with two chunks a program (launch_aux's ``bf16_pairs`` default; the kernel's
+# SPLIT_K: the increments' buffers in the 64-byte swizzle). Off: with two chunks a program the
+# aux keeps its TF32 parts, as stage37 measured
+BF16_PAIRS: bool = False
 
 
 def supports_rotation(meta) -> bool:
@@ -655,7 +668,7 @@ def supports_rotation(meta) -> bool:
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
-               narrow_boxes: bool | None = None, **_ignored) -> None:
+               narrow_boxes: bool | None = None, bf16_pairs: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -666,7 +679,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
-    (:data:`NARROW_BOXES`, the default)."""
+    (:data:`NARROW_BOXES`, the default); ``bf16_pairs``: the bf16 parts (:data:`BF16`) with two
+    chunks a program too (:data:`BF16_PAIRS`, the default)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -680,11 +694,11 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         raise ValueError(f"the Gluon aux runs {WG_ROWS} fused rows a program: C*R = {meta.C * meta.R} with "
                          f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
-    # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands)
-    # and one chunk a program (with two, the increments take each chunk's 32 of the 64 K columns:
-    # 64 bytes into a 128-byte swizzle line in bf16, not a wgmma operand's start)
+    # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands),
+    # and with two chunks a program only with ``bf16_pairs``
+    pairs = BF16_PAIRS if bf16_pairs is None else bf16_pairs
     bf16 = (BF16 and dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
-            and cp == 1)
+            and (cp == 1 or pairs))
     sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
     if rot_inline:
