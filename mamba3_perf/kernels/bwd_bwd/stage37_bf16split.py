@@ -15,14 +15,18 @@ turns common.fdot's fp32-level dots (tf32x3 and the hand-split SPLIT_TF32X3, the
 included) into common.SPLIT_BF16X3 on CUDA: the Triton streamed aux and the wave state pass, which
 stage34 runs where a chunk has C*R = 32 rows (N16_P64_R4_C8, N256_P64_R4_C8, N128_P128_R4_C8). The
 Gluon state_terms (gluon_common.split_parts, its BF16 constexpr) takes bf16 parts in the same
-scope: bf16 shared operands, 16-bit A registers, K = 16 wgmma; the Gluon aux has the same path
-behind its knob aux_gluon.BF16 (off until a GPU has run it), only with bf16 cached states (exact
-as bf16 operands) and one chunk a program, where dQ's two one-pass TF32 products become three and
-two bf16 passes (as precise or more). The one-pass TF32 dots of the
+scope: bf16 shared operands, 16-bit A registers, K = 16 wgmma; the Gluon aux likewise (its knob
+aux_gluon.BF16, on since an H200 checked and timed it: records/h200-sweep-aux-bf16-e408a33.json),
+only with bf16 cached states (exact as bf16 operands) and one chunk a program (two: stage38),
+where dQ's two one-pass TF32 products become three and two bf16 passes (as precise or more). The one-pass TF32 dots of the
 Triton kernels (common.split_precisions' PLO, PQ) stay. Elsewhere (Triton's interpreter, Ascend)
 the dots stay "ieee", so this stage computes there exactly what stage34 does; the interpreter
 checks the Triton kernels' bf16 passes with CUDA's bf16 dots emulated
 (tests/kernels/test_bf16split.py), the device runs check the Gluon ones.
+
+On the H200, side by side with stage34 and the live TileLang kernel on the official grid
+(records/h200-bf16split-vs-tilelang-b347311.json), golden 132/132: 1.114x over stage34 and
+1.039x faster than TileLang in geomean (0.794x on N256_P64_R4_C8 to 1.480x on N32_P64_R4_C16).
 """
 from __future__ import annotations
 
