@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 
-from mamba3_perf.kernels.bwd_bwd import stage34_poststeps
+from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage34_poststeps
 from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, split_bf16x3
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -50,9 +50,15 @@ def splits_bf16(x: dict) -> bool:
     return bool(BF16) and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **extra) -> None:
+    """stage34's pipeline inside the bf16 split where :func:`splits_bf16`; ``extra``: more
+    stage25_subchunk.run_with keywords over stage34's plan (stage38)."""
     with split_bf16x3() if splits_bf16(x) else contextlib.nullcontext():
-        stage34_poststeps.run(x, out, meta)
+        stage25_subchunk.run_with(x, out, meta, **{**stage34_poststeps.plan(x, meta), **extra})
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(

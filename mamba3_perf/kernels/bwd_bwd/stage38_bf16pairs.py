@@ -20,12 +20,9 @@ states: stage37's split) this stage is stage37.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
-from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux, stage25_subchunk, stage34_poststeps
-from mamba3_perf.kernels.bwd_bwd.common import split_bf16x3
+from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux, stage34_poststeps, stage37_bf16split
 from mamba3_perf.kernels.bwd_bwd.stage37_bf16split import splits_bf16
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -38,17 +35,10 @@ def takes_pairs(x: dict, meta) -> bool:
             and not stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=False))
 
 
-def plan(x: dict, meta) -> dict:
-    """stage34's keywords, and where :func:`takes_pairs`, the Gluon aux in pairs on bf16 parts."""
-    kw = stage34_poststeps.plan(x, meta)
-    if takes_pairs(x, meta):
-        kw.update(aux_pairs=True, bf16_pairs=True)
-    return kw
-
-
 def run(x: dict, out: dict, meta) -> None:
-    with split_bf16x3() if splits_bf16(x) else contextlib.nullcontext():
-        stage25_subchunk.run_with(x, out, meta, **plan(x, meta))
+    """stage37's run, with the Gluon aux in pairs on bf16 parts where :func:`takes_pairs`."""
+    pairs = dict(aux_pairs=True, bf16_pairs=True) if takes_pairs(x, meta) else {}
+    stage37_bf16split.run_with(x, out, meta, **pairs)
 
 
 STAGE = register_stage(StageSpec(
