@@ -653,9 +653,17 @@ AUX_RING1: int = 2
 # records/h200-sweep-aux-bf16-e408a33.json; the last two run the Triton aux), so on
 BF16: bool = True
 
-# knob: BF16 also with two chunks a program (launch_aux's ``bf16_pairs`` default; the kernel's
-# SPLIT_K: the increments' buffers in the 64-byte swizzle). Off: with two chunks a program the
-# aux keeps its TF32 parts, as stage37 measured
+# knob: BF16 also with two chunks a program (C*R = 32; the kernel's SPLIT_K: the increments'
+# buffers in the 64-byte swizzle, where the second chunk's 32 K columns start a swizzle line).
+# Compiled for sm_90 (Triton 3.6; benchmarks/ptxas_stage.py stage37_bf16split N P 4 8 --kernel
+# aux --knob aux_gluon.BF16_PAIRS=0,1 --knob stage31_chunkpairs.AUX_PAIRS_MIN_P=64): on
+# N128_P128_R4_C8 176 -> 131 KB of shared memory and 260 -> 116 B of spill stores at 255
+# registers; on N256_P64_R4_C8 (the aux in pairs there only with AUX_PAIRS_MIN_P = 64) 255
+# registers and 44 B of spills -> 188 and none, 110 -> 86 KB. Off until a GPU has run it (the
+# session that wrote it had no device time left): the two C*R = 32 shapes are where stage37
+# loses most to TileLang on the H200. To measure: benchmarks/sweep_knob.py --cases
+# N256_P64_R4_C8,N128_P128_R4_C8 --stage stage37_bf16split --knob aux_gluon.BF16_PAIRS=0,1 --knob
+# stage31_chunkpairs.AUX_PAIRS_MIN_P=128,64
 BF16_PAIRS: bool = False
 
 
@@ -668,7 +676,7 @@ def supports_rotation(meta) -> bool:
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
-               narrow_boxes: bool | None = None, bf16_pairs: bool | None = None, **_ignored) -> None:
+               narrow_boxes: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -679,8 +687,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
-    (:data:`NARROW_BOXES`, the default); ``bf16_pairs``: the bf16 parts (:data:`BF16`) with two
-    chunks a program too (:data:`BF16_PAIRS`, the default)."""
+    (:data:`NARROW_BOXES`, the default)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -695,10 +702,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
                          f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
     # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands),
-    # and with two chunks a program only with ``bf16_pairs``
-    pairs = BF16_PAIRS if bf16_pairs is None else bf16_pairs
+    # and with two chunks a program only with BF16_PAIRS
     bf16 = (BF16 and dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
-            and (cp == 1 or pairs))
+            and (cp == 1 or BF16_PAIRS))
     sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
     if rot_inline:
