@@ -132,7 +132,6 @@ def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile
     assert [line["keywords"]["PREC"] for line in aux.values()] == [common.SPLIT_BF16X3]
 
 
-
 @pytest.mark.parametrize("N,P", [(256, 64), (128, 128)])
 def test_bf16_pairs_knob_takes_bf16_parts_with_two_chunks_a_program(compile_stage, N, P):
     """C*R = 32 (R = 4, C = 8) with the Gluon aux in pairs (at P = 64 through
