@@ -394,8 +394,8 @@ def bwd_bwd_aux_gluon_kernel(
     # the block's q, 64 bytes of a bf16 row: those buffers in the 64-byte swizzle, so that the
     # second chunk's slice starts a swizzle line (in the default 128-byte one it starts mid-line)
     SPLIT_K: gl.constexpr = BF16 and CP == 2
-    DE_L: gl.constexpr = (gl.NVMMASharedLayout(64, 16, 2) if SPLIT_K
-                          else gl.NVMMASharedLayout.get_default_for([PR, M], SD))
+    SW64: gl.constexpr = gl.NVMMASharedLayout(64, 16, 2)  # bf16 rows in the 64-byte swizzle
+    DE_L: gl.constexpr = SW64 if SPLIT_K else gl.NVMMASharedLayout.get_default_for([PR, M], SD)
     deh_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
     del_s = gl.allocate_shared_memory(SD, [PR, M], DE_L)
     deh_s.slice(0, P, dim=0).store(gl.permute(de_hi, (1, 0)))
@@ -422,8 +422,7 @@ def bwd_bwd_aux_gluon_kernel(
         k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
     st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, NB, P], st_desc.layout)
     bar2 = ring_barriers()
-    BC_L: gl.constexpr = (gl.NVMMASharedLayout(64, 16, 2) if SPLIT_K
-                          else gl.NVMMASharedLayout.get_default_for([NB, M], SD))
+    BC_L: gl.constexpr = SW64 if SPLIT_K else gl.NVMMASharedLayout.get_default_for([NB, M], SD)
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], SD)
     qth_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
     qtl_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)
