@@ -512,11 +512,13 @@ def bwd_bwd_aux_gluon_kernel(
                                 use_acc=False, is_async=True)
             dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                    use_acc=False, is_async=True)
-        if CP == 2:  # dPhiO against the second chunk's states: its rows kept below
+        if CP == 2 and BF16:  # dPhiO against the second chunk's states (its rows kept below), as above
+            dq_raw2 = warpgroup_mma(dpl_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
+                                    use_acc=False, is_async=True)
+            dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), dq_raw2, is_async=True)
+        elif CP == 2:
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
-            if BF16:
-                dq_raw2 = warpgroup_mma(dpl_j, st2_j.permute((1, 0)), dq_raw2, is_async=True)
         if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows moved over
             qr_b = gl.convert_layout(qv, MB)
         elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
