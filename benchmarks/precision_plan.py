@@ -4,8 +4,8 @@ golden criterion (mamba3_perf.analysis.precision), on the CPU: no kernel runs, n
 Per case (the official N, P, R, C at S = 2048 by default, on B x H = 1 x 4 (b, h) pairs, bf16
 inputs, bf16 cached states as the benchmarks run them): the fp32 reference with every product at
 one scheme (all-bf16, all-TF32, ..., all-bf16x3), each product's cheapest scheme with the others
-fp32, and the joint plan the search settles on (analysis.precision.search); and per case what one chunk's products cost on
-one SM's tensor cores at each plan (analysis.precision.chunk_tensor_us).
+fp32, and the joint plan the search settles on (analysis.precision.search); and per case what one
+chunk's products cost on one SM's tensor cores at each plan (analysis.precision.chunk_tensor_us).
 
     python benchmarks/precision_plan.py --json records/precision-plan-COMMIT.json
     python benchmarks/precision_plan.py --cases small-N16_P64_R4_C8 --batch 1 --heads 2

@@ -21,9 +21,9 @@ only with bf16 cached states (exact as bf16 operands) and one chunk a program (t
 aux_gluon.BF16_PAIRS, not yet run on a GPU), where dQ's two one-pass TF32 products become three
 and two bf16 passes (as precise or more). The one-pass TF32 dots of the Triton kernels
 (common.split_precisions' PLO, PQ) stay. Elsewhere (Triton's interpreter, Ascend) the dots stay
-"ieee", so this stage computes there exactly what stage34 does; the interpreter
-checks the Triton kernels' bf16 passes with CUDA's bf16 dots emulated
-(tests/kernels/test_bf16split.py), the device runs check the Gluon ones.
+"ieee", so this stage computes there exactly what stage34 does; the interpreter checks the Triton
+kernels' bf16 passes with CUDA's bf16 dots emulated (tests/kernels/test_bf16split.py), the device
+runs check the Gluon ones.
 
 On the H200, side by side with stage34 and the live TileLang kernel on the official grid
 (records/h200-bf16split-vs-tilelang-b347311.json), golden 132/132: 1.114x over stage34 and
