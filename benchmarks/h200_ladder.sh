@@ -5,7 +5,8 @@
 # case, each writing its own record (a case cut off by the deadline is reported as skipped).
 # benchmarks/merge_records.py joins the per-case records into records/h200-ladder.json.
 # With unit "stage" the compile phase runs one process per (case, stage); a stage whose compile
-# outlasted phase1_s is then recorded "not runnable" in its case's record (ladder.py --skip).
+# outlasted phase1_s, or whose compile and first run failed, is then recorded "not runnable" in
+# its case's record with the reason (ladder.py --skip), not run in the timing process.
 # usage: benchmarks/h200_ladder.sh WORK [phase1_s] [deadline_s] [cases] [stages] [rounds] [parallel] [unit]
 # e.g. the prod-vs-TileLang record: h200_ladder.sh W 250 430 official,regular prod,stage6_statepass,tilelang 3 7
 # LADDER_FLAGS (environment): more benchmarks/ladder.py flags for the timing phase, e.g.
@@ -29,6 +30,8 @@ for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.joi
     rc=$(cat "$f")
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
       skip+=(--skip "${f##*__}=compile and first run did not end within ${phase1} s (benchmarks/h200_warm.sh)")
+    elif [ "$rc" != 0 ]; then  # e.g. a CUDA fault, which would end the case's timing process with it
+      skip+=(--skip "${f##*__}=compile and first run failed with exit status $rc (benchmarks/h200_warm.sh; its log: ${f%/rc/*}/${f##*/}.log)")
     fi
   done
   timeout "$left" python3 benchmarks/ladder.py --cases "$c" --stages "$stages" --rounds "$rounds" "${skip[@]}" \
