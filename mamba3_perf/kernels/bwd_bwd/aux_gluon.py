@@ -266,6 +266,9 @@ def bwd_bwd_aux_gluon_kernel(
         cta_barrier()
         dkq = dot3(psh_s, psl_s, dph_s.permute((1, 0)), dpl_s.permute((1, 0)),
                    gl.zeros([M, M], gl.float32, MS), False)
+        # waited at once: the compiler counts psh_s / psl_s free once the wgmma is issued, and places
+        # the first walk's TMA ring over them, into which the ring's first blocks are issued next
+        dkq = warpgroup_mma_wait(num_outstanding=0, deps=(dkq,))
     else:
         fence_async_shared()
         cta_barrier()
