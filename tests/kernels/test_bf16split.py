@@ -146,3 +146,16 @@ def test_bf16_pairs_knob_takes_bf16_parts_with_two_chunks_a_program(compile_stag
     assert (tf32["keywords"]["CP"], tf32["keywords"]["BF16"]) == (2, False)
     assert aux["shared"] < tf32["shared"]
     assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
+
+
+def test_states_operand_knob_reads_the_states_slot_and_fits_two_aux_programs_an_sm_at_p128(compile_stage):
+    """N64_P128_R4_C16: with the states' TMA slot as dQ's operand (aux_gluon.STATES_OPERAND, the
+    kernel's STB) the aux's shared memory drops by the [NB, P] copy's buffer, under what two
+    programs per SM take; without, one program per SM. The other kernels are the same launches."""
+    mine = compile_stage("stage37_bf16split", 64, 128, 4, 16, "", knobs=("aux_gluon.STATES_OPERAND=1",))
+    theirs = compile_stage("stage37_bf16split", 64, 128, 4, 16, "")
+    aux, copy = (k["bwd_bwd_aux_gluon_kernel"] for k in (mine, theirs))
+    assert (aux["keywords"]["STB"], copy["keywords"]["STB"]) == (True, False)
+    assert copy["shared"] - aux["shared"] == 16 * 128 * 2  # the [NB, P] bf16 copy
+    assert (aux["programs_per_sm_by_shared"], copy["programs_per_sm_by_shared"]) == (2, 1)
+    assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}

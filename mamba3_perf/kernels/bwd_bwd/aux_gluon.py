@@ -161,7 +161,8 @@ def bwd_bwd_aux_gluon_kernel(
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
-    BF16: gl.constexpr, SD: gl.constexpr, KW: gl.constexpr, IK: gl.constexpr, num_warps: gl.constexpr,
+    BF16: gl.constexpr, SD: gl.constexpr, KW: gl.constexpr, IK: gl.constexpr, STB: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -434,9 +435,10 @@ def bwd_bwd_aux_gluon_kernel(
         ktl_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # dQ's third pass
     else:
         ktl_s = kth_s  # unread
-    st_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # B of the cached-state term
-    if CP == 2:
-        st2_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # the second chunk's
+    if not STB:  # B of the cached-state term, the 16-bit states copied (as TF32, or bf16 without STB)
+        st_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)
+        if CP == 2:
+            st2_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # the second chunk's
     if ROT:
         _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), q2p_buf.index(0), k2_buf.index(0),
                        k2p_buf.index(0), st_buf, 0, row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0, N, CP)
@@ -475,7 +477,6 @@ def bwd_bwd_aux_gluon_kernel(
         qth_j = at_step(qth_s, z, DYN)
         qtl_j = at_step(qtl_s, z, DYN)
         kth_j = at_step(kth_s, z, DYN)
-        st_j = at_step(st_s, z, DYN)
         deh_j = at_step(deh_s, z, DYN)
         del_j = at_step(del_s, z, DYN)
         wth_j = at_step(wth_s, z, DYN)
@@ -488,10 +489,17 @@ def bwd_bwd_aux_gluon_kernel(
         kth_j.store(gl.permute(ks_hi, (1, 0)))
         if BF16:
             ktl_j.store(gl.permute(ks_lo, (1, 0)))
-        st_j.store(st_buf.index(slot * CP).load(ROW).to(SD))  # 16-bit states: exact in TF32 (bf16 ones in bf16)
-        if CP == 2:
-            st2_j = at_step(st2_s, z, DYN)
-            st2_j.store(st_buf.index(slot * CP + 1).load(ROW).to(SD))
+        if STB:  # bf16 states and parts: the B operand as the TMA brought it (its slot is reissued
+            # once this step's products are waited for, at the next step's start)
+            st_j = st_buf.index(slot * CP)
+            if CP == 2:
+                st2_j = st_buf.index(slot * CP + 1)
+        else:  # 16-bit states: exact in TF32 (bf16 ones in bf16)
+            st_j = at_step(st_s, z, DYN)
+            st_j.store(st_buf.index(slot * CP).load(ROW).to(SD))
+            if CP == 2:
+                st2_j = at_step(st2_s, z, DYN)
+                st2_j.store(st_buf.index(slot * CP + 1).load(ROW).to(SD))
         fence_async_shared()
         cta_barrier()
         # the increments of each chunk: its K rows (CP = 2: each chunk's 32 of the 64)
@@ -670,6 +678,17 @@ BF16: bool = True
 # stage31_chunkpairs.AUX_PAIRS_MIN_P=128,64
 BF16_PAIRS: bool = False
 
+# knob: with bf16 parts (BF16), the cached-state term of dQ reads the states' TMA slot as its
+# wgmma B operand instead of a copy of it (the kernel's STB): no [NB, P] copy and fence a step,
+# and no buffer for it (4 KB at P = 128), which brings N64_P128_R4_C16's aux from 118800 to 114704
+# B of shared memory, under the 113 KB two programs per SM take, at 255 registers (ptxas, Triton
+# 3.6, sm_90: benchmarks/ptxas_stage.py stage37_bf16split 64 128 4 16 --kernel aux --knob
+# aux_gluon.STATES_OPERAND=1). Off until a GPU has run it (no machine came in the session that
+# wrote it); stage38_bf16aux on the branch of that name takes it with BF16_PAIRS. To measure:
+# benchmarks/sweep_knob.py --cases N64_P128_R4_C16,N128_P64_R4_C16 --stage stage37_bf16split
+# --knob aux_gluon.STATES_OPERAND=0,1
+STATES_OPERAND: bool = False
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -732,5 +751,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
-        BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=4 * AUX_WARPGROUPS,
+        BF16=bf16, SD=sd, KW=kw, IK=ik,
+        STB=bf16 and bool(STATES_OPERAND),
+        num_warps=4 * AUX_WARPGROUPS,
     )
