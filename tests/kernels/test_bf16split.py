@@ -133,19 +133,45 @@ def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile
 
 
 @pytest.mark.parametrize("N,P", [(256, 64), (128, 128)])
-def test_bf16_pairs_knob_takes_bf16_parts_with_two_chunks_a_program(compile_stage, N, P):
-    """C*R = 32 (R = 4, C = 8) with the Gluon aux in pairs (at P = 64 through
-    stage31_chunkpairs.AUX_PAIRS_MIN_P): aux_gluon.BF16_PAIRS gives it bf16 parts with two chunks
-    a program (less shared memory: the increments' buffers in the 64-byte swizzle); off, it keeps
-    its TF32 parts. The other kernels are the same launches."""
-    knobs = ("stage31_chunkpairs.AUX_PAIRS_MIN_P=64",)
-    mine = compile_stage("stage37_bf16split", N, P, 4, 8, "", knobs=knobs + ("aux_gluon.BF16_PAIRS=1",))
-    theirs = compile_stage("stage37_bf16split", N, P, 4, 8, "", knobs=knobs)
-    aux, tf32 = (k["bwd_bwd_aux_gluon_kernel"] for k in (mine, theirs))
-    assert [aux["keywords"][k] for k in ("CP", "BF16", "KW", "IK")] == [2, True, 2, 16]
-    assert (tf32["keywords"]["CP"], tf32["keywords"]["BF16"]) == (2, False)
-    assert aux["shared"] < tf32["shared"]
-    assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
+def test_stage38_runs_the_gluon_aux_in_pairs_on_bf16_parts_where_stage37_keeps_tf32(compile_stage, N, P):
+    """C*R = 32 (R = 4, C = 8): stage38's Gluon aux takes two chunks a program with bf16 parts, the
+    increments' buffers in the 64-byte swizzle; stage37 keeps TF32 parts there (N128_P128_R4_C8:
+    the Gluon aux in pairs) or the Triton aux (N256_P64_R4_C8). Only the aux and the state pass
+    (the scan alone where the Gluon aux forms the increments) differ."""
+    mine = compile_stage("stage38_bf16aux", N, P, 4, 8, "")
+    theirs = compile_stage("stage37_bf16split", N, P, 4, 8, "")
+    aux = mine["bwd_bwd_aux_gluon_kernel"]["keywords"]
+    assert (aux["CP"], aux["BF16"], aux["KW"], aux["IK"]) == (2, True, 2, 16)
+    if P == 128:
+        assert theirs["bwd_bwd_aux_gluon_kernel"]["keywords"]["BF16"] is False
+        assert mine["bwd_bwd_aux_gluon_kernel"]["shared"] < theirs["bwd_bwd_aux_gluon_kernel"]["shared"]
+    else:
+        assert "bwd_bwd_aux_gluon_kernel" not in theirs and "bwd_bwd_aux_streamed_kernel" in theirs
+    same = {k for k in mine.keys() & theirs.keys() if "aux" not in k and "pass" not in k}
+    assert {k: mine[k] for k in same} == {k: theirs[k] for k in same}
+
+
+def test_stage38_reads_the_states_slot_as_the_operand_and_fits_two_aux_programs_an_sm_at_p128(compile_stage):
+    """N64_P128_R4_C16: with the states' TMA slot as dQ's operand (STB) the aux's shared memory
+    drops by the [NB, P] copy's buffer, under what two programs per SM take; stage37 keeps its
+    copy (one program per SM)."""
+    mine = compile_stage("stage38_bf16aux", 64, 128, 4, 16, "aux")["bwd_bwd_aux_gluon_kernel"]
+    theirs = compile_stage("stage37_bf16split", 64, 128, 4, 16, "aux")["bwd_bwd_aux_gluon_kernel"]
+    assert (mine["keywords"]["STB"], theirs["keywords"]["STB"]) == (True, False)
+    assert theirs["shared"] - mine["shared"] == 16 * 128 * 2
+    assert (mine["programs_per_sm_by_shared"], theirs["programs_per_sm_by_shared"]) == (2, 1)
+
+
+def test_stage38_is_stage37_without_a_hopper_gpu():
+    """On the CPU (and on any device without the Gluon aux's bf16 parts) stage38 launches exactly
+    stage37's kernels: the same outputs bit for bit."""
+    from mamba3_perf.kernels.checking import run_stage
+
+    c = get_case("small-N256_P64_R4_C8")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    mine, theirs = run_stage("stage38_bf16aux", x, c), run_stage("stage37_bf16split", x, c)
+    for k, v in mine.items():
+        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
 
 
 def test_states_operand_knob_reads_the_states_slot_and_fits_two_aux_programs_an_sm_at_p128(compile_stage):

@@ -699,7 +699,8 @@ def supports_rotation(meta) -> bool:
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
-               narrow_boxes: bool | None = None, **_ignored) -> None:
+               narrow_boxes: bool | None = None, bf16_pairs: bool | None = None,
+               states_operand: bool | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -710,7 +711,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
-    (:data:`NARROW_BOXES`, the default)."""
+    (:data:`NARROW_BOXES`, the default); ``bf16_pairs``: the bf16 parts (:data:`BF16`) with two
+    chunks a program too (:data:`BF16_PAIRS`, the default); ``states_operand``: with them, the
+    states' TMA slot as dQ's wgmma operand (:data:`STATES_OPERAND`, the default)."""
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -725,9 +728,10 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
                          f"{cp} chunk(s) a program")
     nb2 = AUX_NB * AUX_WARPGROUPS  # the second walk's columns a step: AUX_NB per warpgroup
     # inside common.split_bf16x3 (stage37), with bf16 cached states (exact as bf16 wgmma operands),
-    # and with two chunks a program only with BF16_PAIRS
+    # and with two chunks a program only with ``bf16_pairs``
+    pairs = BF16_PAIRS if bf16_pairs is None else bf16_pairs
     bf16 = (BF16 and dot_precision(x["q"].device) == SPLIT_BF16X3 and x["states"].dtype == torch.bfloat16
-            and (cp == 1 or BF16_PAIRS))
+            and (cp == 1 or pairs))
     sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
     if rot_inline:
@@ -752,6 +756,6 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
         BF16=bf16, SD=sd, KW=kw, IK=ik,
-        STB=bf16 and bool(STATES_OPERAND),
+        STB=bf16 and bool(STATES_OPERAND if states_operand is None else states_operand),
         num_warps=4 * AUX_WARPGROUPS,
     )

@@ -17,8 +17,8 @@ stage34 runs where a chunk has C*R = 32 rows (N16_P64_R4_C8, N256_P64_R4_C8, N12
 Gluon state_terms (gluon_common.split_parts, its BF16 constexpr) takes bf16 parts in the same
 scope: bf16 shared operands, 16-bit A registers, K = 16 wgmma; the Gluon aux likewise (its knob
 aux_gluon.BF16, on since an H200 checked and timed it: records/h200-sweep-aux-bf16-e408a33.json),
-only with bf16 cached states (exact as bf16 operands) and one chunk a program (two: the knob
-aux_gluon.BF16_PAIRS, not yet run on a GPU), where dQ's two one-pass TF32 products become three
+only with bf16 cached states (exact as bf16 operands) and one chunk a program (two: stage38_bf16aux,
+through aux_gluon.BF16_PAIRS), where dQ's two one-pass TF32 products become three
 and two bf16 passes (as precise or more). The one-pass TF32 dots of the Triton kernels
 (common.split_precisions' PLO, PQ) stay. Elsewhere (Triton's interpreter, Ascend) the dots stay
 "ieee", so this stage computes there exactly what stage34 does; the interpreter checks the Triton
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 
-from mamba3_perf.kernels.bwd_bwd import stage34_poststeps
+from mamba3_perf.kernels.bwd_bwd import stage25_subchunk, stage34_poststeps
 from mamba3_perf.kernels.bwd_bwd.common import HALF_DTYPES, split_bf16x3
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -51,9 +51,15 @@ def splits_bf16(x: dict) -> bool:
     return bool(BF16) and x["q"].dtype in HALF_DTYPES and x["states"].dtype in HALF_DTYPES
 
 
-def run(x: dict, out: dict, meta) -> None:
+def run_with(x: dict, out: dict, meta, **extra) -> None:
+    """stage34's pipeline inside the bf16 split where :func:`splits_bf16`; ``extra``: more
+    stage25_subchunk.run_with keywords over stage34's plan (stage38)."""
     with split_bf16x3() if splits_bf16(x) else contextlib.nullcontext():
-        stage34_poststeps.run(x, out, meta)
+        stage25_subchunk.run_with(x, out, meta, **{**stage34_poststeps.plan(x, meta), **extra})
+
+
+def run(x: dict, out: dict, meta) -> None:
+    run_with(x, out, meta)
 
 
 STAGE = register_stage(StageSpec(
