@@ -162,6 +162,24 @@ def test_stage38_reads_the_states_slot_as_the_operand_and_fits_two_aux_programs_
     assert (mine["programs_per_sm_by_shared"], theirs["programs_per_sm_by_shared"]) == (2, 1)
 
 
+def test_one_states_slot_fits_two_aux_programs_an_sm_on_chunk_pairs_at_p128(compile_stage):
+    """N128_P128_R4_C8 in stage38 (two chunks a program): the states in a ring of one slot
+    (aux_gluon.STATES_SLOTS = 1, the kernel's ST1) take one slot of two [NB, P] bf16 blocks less
+    (its barrier's 8 B more), which brings the aux under what two programs per SM take."""
+    mine = compile_stage("stage38_bf16aux", 128, 128, 4, 8, "aux", knobs=("aux_gluon.STATES_SLOTS=1",))
+    theirs = compile_stage("stage38_bf16aux", 128, 128, 4, 8, "aux")
+    aux, two = (k["bwd_bwd_aux_gluon_kernel"] for k in (mine, theirs))
+    assert (aux["keywords"]["ST1"], two["keywords"]["ST1"]) == (True, False)
+    assert two["shared"] - aux["shared"] == 2 * 16 * 128 * 2 - 8
+    assert (aux["programs_per_sm_by_shared"], two["programs_per_sm_by_shared"]) == (2, 1)
+
+
+def test_states_slots_takes_one_or_two():
+    from mamba3_perf.kernels.bwd_bwd import aux_gluon
+    with pytest.raises(ValueError, match="states_slots: 1 or 2, got 3"):
+        aux_gluon.launch_aux({}, {}, {}, None, diag_blocks=True, increments=True, states_slots=3)
+
+
 def test_stage38_is_stage37_without_a_hopper_gpu():
     """On the CPU (and on any device without the Gluon aux's bf16 parts) stage38 launches exactly
     stage37's kernels: the same outputs bit for bit."""

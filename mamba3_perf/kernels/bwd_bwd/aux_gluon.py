@@ -73,11 +73,23 @@ def _issue_states(st_desc, bar, st_buf, slot, row_st, col, N: gl.constexpr, CP: 
 
 @gluon.jit
 def _issue_qks(q_desc, k_desc, st_desc, bar, q_s, k_s, st_buf, slot, row, row_st, col, N: gl.constexpr,
-               CP: gl.constexpr):
-    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes + CP * st_desc.block_type.nbytes)
+               CP: gl.constexpr, ST: gl.constexpr = True):
+    """The second walk's q / k blocks at column ``col`` and, with ST, the states blocks beside them
+    on the same barrier (without: the states ring of one slot issues them, _issue_states_alone)."""
+    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes
+                    + (CP * st_desc.block_type.nbytes if ST else 0))
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(k_desc, [row, col], bar, k_s)
-    _issue_states(st_desc, bar, st_buf, slot, row_st, col, N, CP)
+    if ST:
+        _issue_states(st_desc, bar, st_buf, slot, row_st, col, N, CP)
+
+
+@gluon.jit
+def _issue_states_alone(st_desc, bar, st_buf, row_st, col, N: gl.constexpr, CP: gl.constexpr):
+    """The states blocks of the program's CP chunks at column ``col`` into the one slot of their
+    own ring (:data:`STATES_SLOTS` = 1), on its barrier."""
+    mbarrier.expect(bar, CP * st_desc.block_type.nbytes)
+    _issue_states(st_desc, bar, st_buf, 0, row_st, col, N, CP)
 
 
 @gluon.jit
@@ -92,14 +104,16 @@ def _issue_qk_rot(q_desc, k_desc, bar, q_s, qp_s, k_s, kp_s, row, col, pcol):
 
 @gluon.jit
 def _issue_qks_rot(q_desc, k_desc, st_desc, bar, q_s, qp_s, k_s, kp_s, st_buf, slot, row, row_st, col, pcol, scol,
-                   N: gl.constexpr, CP: gl.constexpr):
+                   N: gl.constexpr, CP: gl.constexpr, ST: gl.constexpr = True):
     """_issue_qks from the 16-bit inputs: each q / k block and the block of its rotary partners."""
-    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes) + CP * st_desc.block_type.nbytes)
+    mbarrier.expect(bar, 2 * (q_desc.block_type.nbytes + k_desc.block_type.nbytes)
+                    + (CP * st_desc.block_type.nbytes if ST else 0))
     tma_load(q_desc, [row, col], bar, q_s)
     tma_load(q_desc, [row, pcol], bar, qp_s)
     tma_load(k_desc, [row, col], bar, k_s)
     tma_load(k_desc, [row, pcol], bar, kp_s)
-    _issue_states(st_desc, bar, st_buf, slot, row_st, scol, N, CP)
+    if ST:
+        _issue_states(st_desc, bar, st_buf, slot, row_st, scol, N, CP)
 
 
 @gluon.jit
@@ -162,7 +176,7 @@ def bwd_bwd_aux_gluon_kernel(
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
     FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
     BF16: gl.constexpr, SD: gl.constexpr, KW: gl.constexpr, IK: gl.constexpr, STB: gl.constexpr,
-    num_warps: gl.constexpr,
+    ST1: gl.constexpr, num_warps: gl.constexpr,
 ):
     """PR: rows of the increments' product, max(P, M): P = 32 runs on M rows (the rest zero),
     P = 128 as two products of M rows each. ROT: the q / k descriptors are of the 16-bit inputs
@@ -424,8 +438,12 @@ def bwd_bwd_aux_gluon_kernel(
     if ROT:
         q2p_buf = gl.allocate_shared_memory(q2_desc.dtype, [2, M, NB], q2_desc.layout)
         k2p_buf = gl.allocate_shared_memory(k2_desc.dtype, [2, M, NB], k2_desc.layout)
-    st_buf = gl.allocate_shared_memory(st_desc.dtype, [2 * CP, NB, P], st_desc.layout)
+    # the states: in the q / k ring's two slots, or (ST1) in a ring of their own of one slot, the
+    # next step's issued once this step's dQ products are waited for
+    st_buf = gl.allocate_shared_memory(st_desc.dtype, [(1 if ST1 else 2) * CP, NB, P], st_desc.layout)
     bar2 = ring_barriers()
+    if ST1:
+        bar_st = ring_barriers(1)
     BC_L: gl.constexpr = SW64 if SPLIT_K else gl.NVMMASharedLayout.get_default_for([NB, M], SD)
     BP_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NB, P], SD)
     qth_s = gl.allocate_shared_memory(SD, [NB, M], BC_L)  # B of dK and the increment: [K = M, NB]
@@ -441,10 +459,13 @@ def bwd_bwd_aux_gluon_kernel(
             st2_s = gl.allocate_shared_memory(SD, [NB, P], BP_L)  # the second chunk's
     if ROT:
         _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), q2p_buf.index(0), k2_buf.index(0),
-                       k2p_buf.index(0), st_buf, 0, row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0, N, CP)
+                       k2p_buf.index(0), st_buf, 0, row_k, row_st, col0, rotary_partner_col(hq, 0, N), 0, N, CP,
+                       not ST1)
     else:
         _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(0), q2_buf.index(0), k2_buf.index(0), st_buf, 0,
-                   row_k, row_st, 0, N, CP)
+                   row_k, row_st, 0, N, CP, not ST1)
+    if ST1:
+        _issue_states_alone(st_desc, bar_st.index(0), st_buf, row_st, 0, N, CP)
     acc_cs = gl.zeros([M, NB], gl.float32, MB)
     if FIN:
         d1 = gl.zeros([M, NB], gl.float32, MB)  # the pair's first-half dQ rows, until its partners come
@@ -458,10 +479,11 @@ def bwd_bwd_aux_gluon_kernel(
             if ROT:
                 _issue_qks_rot(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
                                q2p_buf.index(1 - slot), k2_buf.index(1 - slot), k2p_buf.index(1 - slot),
-                               st_buf, 1 - slot, row_k, row_st, col0 + n1, rotary_partner_col(hq, n1, N), n1, N, CP)
+                               st_buf, 1 - slot, row_k, row_st, col0 + n1, rotary_partner_col(hq, n1, N), n1, N, CP,
+                               not ST1)
             else:
                 _issue_qks(q2_desc, k2_desc, st_desc, bar2.index(1 - slot), q2_buf.index(1 - slot),
-                           k2_buf.index(1 - slot), st_buf, 1 - slot, row_k, row_st, (j + 1) * NB, N, CP)
+                           k2_buf.index(1 - slot), st_buf, 1 - slot, row_k, row_st, (j + 1) * NB, N, CP, not ST1)
         mbarrier.wait(bar2.index(slot), (j // 2) % 2)
         if ROT:
             qv = rotated_rows(q2_buf.index(slot).load(QKL), q2p_buf.index(slot).load(QKL), QBIAS, COS_S, SIN_S,
@@ -490,10 +512,11 @@ def bwd_bwd_aux_gluon_kernel(
         if BF16:
             ktl_j.store(gl.permute(ks_lo, (1, 0)))
         if STB:  # bf16 states and parts: the B operand as the TMA brought it (its slot is reissued
-            # once this step's products are waited for, at the next step's start)
-            st_j = st_buf.index(slot * CP)
+            # once this step's products are waited for: at the next step's start, or with ST1 right
+            # after the wait)
+            st_j = st_buf.index((0 if ST1 else slot) * CP)
             if CP == 2:
-                st2_j = st_buf.index(slot * CP + 1)
+                st2_j = st_buf.index((0 if ST1 else slot) * CP + 1)
         else:  # 16-bit states: exact in TF32 (bf16 ones in bf16)
             st_j = at_step(st_s, z, DYN)
             st_j.store(st_buf.index(slot * CP).load(ROW).to(SD))
@@ -515,6 +538,8 @@ def bwd_bwd_aux_gluon_kernel(
         if BF16:  # dkqw^T ks in three bf16 passes, dPhiO states^T in two (bf16 states exact)
             dqr = dot3(wth_j, wtl_j, kth_j.permute((1, 0)), ktl_j.permute((1, 0)),
                        gl.zeros([M, NB], gl.float32, MB), False)
+            if ST1:  # the step's states, issued during the last step
+                mbarrier.wait(bar_st.index(0), j % 2)
             dq_raw = warpgroup_mma(dpl_j, st_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                    use_acc=False, is_async=True)
             dq_raw = warpgroup_mma(dph_j, st_j.permute((1, 0)), dq_raw, is_async=True)
@@ -550,6 +575,10 @@ def bwd_bwd_aux_gluon_kernel(
             dq_raw = gl.where((i_b < CR)[:, None], dq_raw, dq_raw2)
         else:
             inc, dks, dqr, dq_raw = warpgroup_mma_wait(num_outstanding=0, deps=(inc, dks, dqr, dq_raw))
+        if ST1:
+            if j + 1 < STEPS2:
+                cta_barrier()  # every warp's products done reading the slot
+                _issue_states_alone(st_desc, bar_st.index(0), st_buf, row_st, n1 if ROT else (j + 1) * NB, N, CP)
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < VR)[:, None])
         dqf = dqr + dq_raw * ecs_b[:, None]  # dQ's rotated-domain rows of the block
@@ -566,6 +595,8 @@ def bwd_bwd_aux_gluon_kernel(
             gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < VR)[:, None])
         acc_cs += qr_b * dq_raw
     release_ring(bar2)
+    if ST1:
+        release_ring(bar_st, 1)
     ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
     tc = gl.arange(0, MT, layout=ddacs.type.layout)
     gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < CC)
@@ -689,6 +720,18 @@ BF16_PAIRS: bool = False
 # --knob aux_gluon.STATES_OPERAND=0,1
 STATES_OPERAND: bool = False
 
+# knob: with STATES_OPERAND (the kernel's STB), the second walk's states in a ring of their own of
+# 1 slot (the kernel's ST1) instead of in the q / k ring's 2: the next step's states issued once
+# the step's dQ products are waited for, waited just before the next step's dQ products. One
+# slot of CP [NB, P] bf16 blocks less (8 KB at P = 128 with two chunks a program), which brings
+# N128_P128_R4_C8's aux in stage38_bf16aux from 122896 to 114712 B of shared memory: two programs
+# per SM where one ran (ptxas, Triton 3.6, sm_90: benchmarks/ptxas_stage.py stage38_bf16aux 128
+# 128 4 8 --kernel aux --knob aux_gluon.STATES_SLOTS=2,1). It gives up the states' prefetch a
+# step ahead; whether two programs an SM pay for that only a GPU can say: 2 until one has run it.
+# To measure: benchmarks/sweep_knob.py --cases N128_P128_R4_C8 --stage stage38_bf16aux --knob
+# aux_gluon.STATES_SLOTS=2,1
+STATES_SLOTS: int = 2
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -700,7 +743,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
                narrow_boxes: bool | None = None, bf16_pairs: bool | None = None,
-               states_operand: bool | None = None, **_ignored) -> None:
+               states_operand: bool | None = None, states_slots: int | None = None, **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -713,7 +756,11 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     states boxes in the 64-byte swizzle and the second walk's fp32 q / k boxes in the 32-byte one
     (:data:`NARROW_BOXES`, the default); ``bf16_pairs``: the bf16 parts (:data:`BF16`) with two
     chunks a program too (:data:`BF16_PAIRS`, the default); ``states_operand``: with them, the
-    states' TMA slot as dQ's wgmma operand (:data:`STATES_OPERAND`, the default)."""
+    states' TMA slot as dQ's wgmma operand (:data:`STATES_OPERAND`, the default); ``states_slots``:
+    with that, the states' ring slots (:data:`STATES_SLOTS`, the default)."""
+    slots = STATES_SLOTS if states_slots is None else states_slots
+    if slots not in (1, 2):
+        raise ValueError(f"states_slots: 1 or 2, got {slots}")
     if not (diag_blocks and increments):
         raise ValueError("the Gluon aux runs only with diag_blocks and increments (stage22's configuration "
                          f"on its shapes); got diag_blocks={diag_blocks}, increments={increments}")
@@ -734,6 +781,7 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
             and (cp == 1 or pairs))
     sd, kw, ik = split_format(bf16)
     narrow = NARROW_BOXES if narrow_boxes is None else narrow_boxes
+    stb = bf16 and bool(STATES_OPERAND if states_operand is None else states_operand)
     if rot_inline:
         qk = [input_rows(x[n], meta, [WG_ROWS, nb]) for nb in (AUX_NB1, nb2) for n in ("q", "k")]
         rot = (x["q_bias"], x["k_bias"], s["COS"], s["SIN"])
@@ -756,6 +804,6 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
         BF16=bf16, SD=sd, KW=kw, IK=ik,
-        STB=bf16 and bool(STATES_OPERAND if states_operand is None else states_operand),
+        STB=stb, ST1=stb and slots == 1,
         num_warps=4 * AUX_WARPGROUPS,
     )
