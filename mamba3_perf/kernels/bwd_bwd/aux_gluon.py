@@ -702,11 +702,11 @@ BF16: bool = True
 # aux --knob aux_gluon.BF16_PAIRS=0,1 --knob stage31_chunkpairs.AUX_PAIRS_MIN_P=64): on
 # N128_P128_R4_C8 176 -> 131 KB of shared memory and 260 -> 116 B of spill stores at 255
 # registers; on N256_P64_R4_C8 (the aux in pairs there only with AUX_PAIRS_MIN_P = 64) 255
-# registers and 44 B of spills -> 188 and none, 110 -> 86 KB. Off until a GPU has run it (the
-# session that wrote it had no device time left): the two C*R = 32 shapes are where stage37
-# loses most to TileLang on the H200. To measure: benchmarks/sweep_knob.py --cases
-# N256_P64_R4_C8,N128_P128_R4_C8 --stage stage37_bf16split --knob aux_gluon.BF16_PAIRS=0,1 --knob
-# stage31_chunkpairs.AUX_PAIRS_MIN_P=128,64
+# registers and 44 B of spills -> 188 and none, 110 -> 86 KB. On an H100, golden, with
+# STATES_OPERAND (stage38_bf16aux as first written, against stage37;
+# records/h100-sweep-bf16aux-1995c12.json): N128_P128_R4_C8's aux 2177 -> 1864 us; at
+# N256_P64_R4_C8 the Gluon aux in pairs and the scan 1906 + 748 us against the Triton aux and its
+# wave pass 1876 + 669 (slower). Off here: stage38_bf16aux takes it at P = 128
 BF16_PAIRS: bool = False
 
 # knob: with bf16 parts (BF16), the cached-state term of dQ reads the states' TMA slot as its
@@ -714,10 +714,10 @@ BF16_PAIRS: bool = False
 # and no buffer for it (4 KB at P = 128), which brings N64_P128_R4_C16's aux from 118800 to 114704
 # B of shared memory, under the 113 KB two programs per SM take, at 255 registers (ptxas, Triton
 # 3.6, sm_90: benchmarks/ptxas_stage.py stage37_bf16split 64 128 4 16 --kernel aux --knob
-# aux_gluon.STATES_OPERAND=1). Off until a GPU has run it (no machine came in the session that
-# wrote it); stage38_bf16aux on the branch of that name takes it with BF16_PAIRS. To measure:
-# benchmarks/sweep_knob.py --cases N64_P128_R4_C16,N128_P64_R4_C16 --stage stage37_bf16split
-# --knob aux_gluon.STATES_OPERAND=0,1
+# aux_gluon.STATES_OPERAND=1). On an H100, golden, with BF16_PAIRS (stage38_bf16aux as first
+# written, against stage37): N64_P128_R4_C16's aux 1156 -> 793 us, the stage 2315 -> 1941;
+# N128_P64_R4_C16's aux 917 -> 901 us (records/h100-sweep-bf16aux-1995c12.json, -N128_P64-). Off
+# here: stage38_bf16aux takes it at P = 128, where it pays
 STATES_OPERAND: bool = False
 
 # knob: with STATES_OPERAND (the kernel's STB), the second walk's states in a ring of their own of
@@ -726,10 +726,11 @@ STATES_OPERAND: bool = False
 # slot of CP [NB, P] bf16 blocks less (8 KB at P = 128 with two chunks a program), which brings
 # N128_P128_R4_C8's aux in stage38_bf16aux from 122896 to 114712 B of shared memory: two programs
 # per SM where one ran (ptxas, Triton 3.6, sm_90: benchmarks/ptxas_stage.py stage38_bf16aux 128
-# 128 4 8 --kernel aux --knob aux_gluon.STATES_SLOTS=2,1). It gives up the states' prefetch a
-# step ahead; whether two programs an SM pay for that only a GPU can say: 2 until one has run it.
-# To measure: benchmarks/sweep_knob.py --cases N128_P128_R4_C8 --stage stage38_bf16aux --knob
-# aux_gluon.STATES_SLOTS=2,1
+# 128 4 8 --kernel aux --knob aux_gluon.STATES_SLOTS=1). It gives up the states' prefetch a
+# step ahead. On an H100 (stage38_bf16aux, 2 against 1, golden; records/h100-sweep-states-slots-
+# 1995c12.json, -p64-): the aux 1863 -> 1513 us on N128_P128_R4_C8 (two programs per SM), 794 ->
+# 786 on N64_P128_R4_C16, 901 -> 898 on N128_P64_R4_C16, 1910 -> 1959 on N256_P64_R4_C8 (slower).
+# 2 here: stage38_bf16aux takes 1 at P = 128
 STATES_SLOTS: int = 2
 
 
