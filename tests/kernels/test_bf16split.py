@@ -96,16 +96,21 @@ def test_dropping_the_low_passes_fails(cuda_precisions, monkeypatch):
     assert {"DSSDA", "DFACTOR"} <= {r.gradient for r in rows if not r.passed}
 
 
+def _assert_same_outputs(stage: str, other: str, case_id: str) -> None:
+    """``stage`` and ``other`` give the same outputs bit for bit on ``case_id`` (bf16 cached states)."""
+    from mamba3_perf.kernels.checking import run_stage
+
+    c = get_case(case_id)
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    mine, theirs = run_stage(stage, x, c), run_stage(other, x, c)
+    for k, v in mine.items():
+        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
+
+
 def test_the_interpreter_runs_stage34s_arithmetic():
     """Without the emulation (the interpreter's own dots): "ieee" everywhere, the same outputs as
     stage34 bit for bit."""
-    from mamba3_perf.kernels.checking import run_stage
-
-    c = get_case("small-N16_P64_R4_C8")
-    x = make_inputs(c, states_dtype=torch.bfloat16)
-    mine, theirs = run_stage("stage37_bf16split", x, c), run_stage("stage34_poststeps", x, c)
-    for k, v in mine.items():
-        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
+    _assert_same_outputs("stage37_bf16split", "stage34_poststeps", "small-N16_P64_R4_C8")
 
 
 def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile_stage):
@@ -188,13 +193,7 @@ def test_states_slots_takes_one_or_two():
 def test_stage38_is_stage37_without_a_hopper_gpu():
     """On the CPU (and on any device without the Gluon aux's bf16 parts) stage38 launches exactly
     stage37's kernels: the same outputs bit for bit."""
-    from mamba3_perf.kernels.checking import run_stage
-
-    c = get_case("small-N256_P64_R4_C8")
-    x = make_inputs(c, states_dtype=torch.bfloat16)
-    mine, theirs = run_stage("stage38_bf16aux", x, c), run_stage("stage37_bf16split", x, c)
-    for k, v in mine.items():
-        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
+    _assert_same_outputs("stage38_bf16aux", "stage37_bf16split", "small-N256_P64_R4_C8")
 
 
 def test_states_operand_knob_reads_the_states_slot_and_fits_two_aux_programs_an_sm_at_p128(compile_stage):
