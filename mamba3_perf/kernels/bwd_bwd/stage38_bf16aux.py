@@ -38,6 +38,11 @@ aux_gluon.STATES_SLOTS = 2, 1), the aux / the stage in us:
   (not taken: see :data:`STAGE38_MIN_P`)
 * N256_P64_R4_C8: in pairs with two states slots 1910, one 1959 (slower; not taken)
 
+On the H200, side by side with stage37 and the live upstream TileLang kernel on the official grid
+(records/h200-bf16aux-vs-tilelang-b4446e5.json, three rounds, golden 132/132): the stage 2215 ->
+1842 us on N64_P128_R4_C16 and 4963 -> 4219 us on N128_P128_R4_C8 (1.203x, 1.176x), the same
+kernels as stage37 elsewhere; 1.075x faster than TileLang in geomean (stage37 1.042x).
+
 Where the Gluon aux does not take bf16 parts (no Hopper GPU, not 16-bit inputs and bf16 cached
 states: stage37's split) this stage is stage37.
 """
