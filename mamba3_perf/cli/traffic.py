@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from mamba3_perf.cli import app
 from mamba3_perf.cli.check import CaseOpt, ChunkOpt, DtypeOpt, NOpt, POpt, RankOpt, ShapeOpt, case_options
+from mamba3_perf.runs import collect_environment
 
 NOTE = ("counted on the Triton interpreter from a sample of each launch's programs: bytes the kernels "
         "address, not timings; the plan where the Gluon kernels do not run (mamba3_perf.analysis.traffic)")
@@ -96,6 +98,8 @@ def traffic(
                 r.tensor_bytes, r.read_bytes, r.write_bytes, r.read_no_reuse, r.write_no_reuse)))
         console.print(d)
     if json_out is not None:
-        record = dict(case=c.to_dict(), stage=name, samples=samples, knobs=list(knob), note=NOTE,
+        # versions and the git tree beside the command, so that a committed record names the code it counted
+        meta = dict(collect_environment(), command=" ".join(sys.argv))  # as perf profile's run.json
+        record = dict(meta=meta, case=c.to_dict(), stage=name, samples=samples, knobs=list(knob), note=NOTE,
                       rows=rows.to_dict(orient="records"))
         typer.echo(f"wrote {write_text_atomic(json_out, json.dumps(record, indent=1))}")

@@ -21,6 +21,8 @@ def test_traffic_prints_per_kernel_bytes_and_writes_rows(tmp_path, capsys):
     assert "QR_S" in text  # --tensors
     data = json.loads(out.read_text())
     assert data["stage"] == "stage25_subchunk" and data["samples"] == 2 and data["knobs"] == []
+    assert data["meta"]["command"] and "git_commit" in data["meta"]
+    assert data["meta"]["versions"]["triton"]
     assert {r["tensor"] for r in data["rows"]} >= {"QR_S", "KR_S", "DST_S"}
     assert not list(out.parent.glob(".*"))  # written atomically, nothing left beside it
 
