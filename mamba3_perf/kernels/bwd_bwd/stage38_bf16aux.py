@@ -7,19 +7,20 @@ stage37 runs the Gluon aux over bf16 parts (aux_gluon.BF16) only with one chunk 
 128-byte swizzle line of a bf16 row, where no wgmma operand may start. aux_gluon.BF16_PAIRS holds
 those two buffers ((dPhiO exp(da_cs))^T and the block's q parts) in the 64-byte swizzle, where the
 second chunk's slice starts a line, and runs dPhiO against the second chunk's states in two passes
-as against the first's. This stage takes it where stage37 runs the Gluon aux in pairs with TF32 parts
-(stage31_chunkpairs.AUX_PAIRS_MIN_P: P = 128, N128_P128_R4_C8 on the official grid). At
-N256_P64_R4_C8 (where the stage as first written, 1995c12, took it too) it keeps stage37's Triton aux and wave pass: the Gluon aux in pairs on bf16 parts
-(188 registers, 86 KB, no spills there) measured slower on an H100, 1906 + 748 us (aux + scan)
-against 1876 + 669 us, the stage 5301 against 5177 us (records/h100-sweep-bf16aux-1995c12.json).
+as against the first's. This stage takes it where stage37 runs the Gluon aux in pairs with TF32
+parts (stage31_chunkpairs.AUX_PAIRS_MIN_P: P = 128, N128_P128_R4_C8 on the official grid). At
+N256_P64_R4_C8 (where the stage as first written, 1995c12, took it too) it keeps stage37's Triton
+aux and wave pass: the Gluon aux in pairs on bf16 parts (188 registers, 86 KB, no spills there)
+measured slower on an H100, 1906 + 748 us (aux + scan) against 1876 + 669 us, the stage 5301
+against 5177 us (records/h100-sweep-bf16aux-1995c12.json).
 
 With bf16 parts and bf16 cached states, the states block a step of the N walk is already the
 bf16 operand dQ's cached-state term needs: aux_gluon.STATES_OPERAND reads the TMA slot as the
 wgmma operand instead of copying it to a buffer of its own each step. On N64_P128_R4_C16 that
 buffer (4 KB) is what held the aux to one program per SM: 118800 -> 114704 B of shared memory at
-255 registers, two programs per SM (ptxas, Triton 3.6, sm_90). The states also take a ring of one slot
-(aux_gluon.STATES_SLOTS = 1): N128_P128_R4_C8's aux in pairs 122896 -> 114712 B, two programs
-per SM where one ran.
+255 registers, two programs per SM (ptxas, Triton 3.6, sm_90). The states also take a ring of
+one slot (aux_gluon.STATES_SLOTS = 1): N128_P128_R4_C8's aux in pairs 122896 -> 114712 B, two
+programs per SM where one ran.
 
 All three only at P = 128 (:data:`STAGE38_MIN_P`; N64_P128_R4_C16 and N128_P128_R4_C8 on the
 official grid), the shapes where they measured faster; elsewhere this stage is stage37, so that
