@@ -733,6 +733,14 @@ STATES_OPERAND: bool = False
 # 2 here: stage38_bf16aux takes 1 at P = 128
 STATES_SLOTS: int = 2
 
+# knob: registers per thread for this kernel (its launch's maxnreg), None: ptxas's choice. At P =
+# 64 with STATES_OPERAND and one states slot the aux takes 75800 B of shared memory, under the
+# 76800 a third program per SM leaves it, at 194 registers (two programs); 168 fits three, for 40 B
+# of spill stores a thread (ptxas, Triton 3.6, sm_90: benchmarks/ptxas_stage.py stage38_bf16aux 128
+# 64 4 16 --kernel aux --knob aux_gluon.STATES_OPERAND=1 --knob aux_gluon.STATES_SLOTS=1 --knob
+# aux_gluon.MAXNREG=168)
+MAXNREG: int | None = None
+
 
 def supports_rotation(meta) -> bool:
     """Whether ``rot_inline`` applies to ``meta``: every block of both N walks inside one rotary
@@ -806,5 +814,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
         BF16=bf16, SD=sd, KW=kw, IK=ik,
         STB=stb, ST1=stb and slots == 1,
-        num_warps=4 * AUX_WARPGROUPS,
+        num_warps=4 * AUX_WARPGROUPS, **({"maxnreg": MAXNREG} if MAXNREG else {}),
     )
