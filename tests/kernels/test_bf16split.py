@@ -207,3 +207,49 @@ def test_states_operand_knob_reads_the_states_slot_and_fits_two_aux_programs_an_
     assert copy["shared"] - aux["shared"] == 16 * 128 * 2  # the [NB, P] bf16 copy
     assert (aux["programs_per_sm_by_shared"], copy["programs_per_sm_by_shared"]) == (2, 1)
     assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
+
+
+def test_stage39_fits_three_aux_programs_an_sm_at_p64(compile_stage):
+    """N128_P64_R4_C16: stage39's Gluon aux reads the states' TMA slot as dQ's operand from a ring
+    of one slot (STB, ST1) at 168 registers a thread: its shared memory under what three programs
+    per SM take (stage38: two), and three programs of 128 threads in an SM's 65536 registers. The
+    other kernels are stage38's launches."""
+    mine = compile_stage("stage39_auxregs", 128, 64, 4, 16, "")
+    theirs = compile_stage("stage38_bf16aux", 128, 64, 4, 16, "")
+    aux, two = mine["bwd_bwd_aux_gluon_kernel"], theirs["bwd_bwd_aux_gluon_kernel"]
+    assert (aux["keywords"]["STB"], aux["keywords"]["ST1"], two["keywords"]["STB"]) == (True, True, False)
+    assert (aux["maxnreg"], two.get("maxnreg")) == (168, None)
+    assert 3 * aux["maxnreg"] * 128 <= 65536 < 3 * 176 * 128
+    assert (aux["programs_per_sm_by_shared"], two["programs_per_sm_by_shared"]) == (3, 2)
+    assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
+
+
+@pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8), (64, 128, 4, 16), (128, 32, 4, 16)])
+def test_stage39_is_stage38_off_p64_and_on_chunk_pairs(compile_stage, N, P, R, C):
+    """Where a chunk has 32 rows (the Triton aux, or the Gluon aux in pairs at P = 128), at P =
+    128 and at P = 32 (three aux programs per SM already) stage39 launches stage38's kernels."""
+    assert compile_stage("stage39_auxregs", N, P, R, C, "") == compile_stage("stage38_bf16aux", N, P, R, C, "")
+
+
+def test_stage39_changes_only_the_bf16_parts_at_p64():
+    """stage39's rule: P = 64, one 64-row chunk a program, bf16 cached states under the bf16 split
+    (fp32 cached states keep TF32 parts at 254 registers, which the cap would spill); its knob off
+    gives stage38 everywhere."""
+    from mamba3_perf.kernels.bwd_bwd import stage39_auxregs
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    def changes(case_id, states_dtype=torch.bfloat16):
+        c = get_case(case_id)
+        return stage39_auxregs.changes(make_inputs(c, states_dtype=states_dtype), c)
+
+    assert changes("small-N128_P64_R4_C16") and changes("small-N128_P64_R2_C32")
+    assert not any(changes(c) for c in ("small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P32_R4_C16"))
+    assert not changes("small-N128_P64_R4_C16", torch.float32)
+    with single_knobs(["stage39_auxregs.AUX_REGS=0"]):
+        assert not changes("small-N128_P64_R4_C16")
+
+
+def test_stage39_is_stage38_without_a_hopper_gpu():
+    """On the CPU (no Gluon aux) stage39 launches exactly stage38's kernels: the same outputs bit
+    for bit, on a shape its rule takes."""
+    _assert_same_outputs("stage39_auxregs", "stage38_bf16aux", "small-N128_P64_R2_C32")

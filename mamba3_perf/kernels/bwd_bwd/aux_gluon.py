@@ -733,12 +733,13 @@ STATES_OPERAND: bool = False
 # 2 here: stage38_bf16aux takes 1 at P = 128
 STATES_SLOTS: int = 2
 
-# knob: registers per thread for this kernel (its launch's maxnreg), None: ptxas's choice. At P =
-# 64 with STATES_OPERAND and one states slot the aux takes 75800 B of shared memory, under the
-# 76800 a third program per SM leaves it, at 194 registers (two programs); 168 fits three, for 40 B
-# of spill stores a thread (ptxas, Triton 3.6, sm_90: benchmarks/ptxas_stage.py stage38_bf16aux 128
-# 64 4 16 --kernel aux --knob aux_gluon.STATES_OPERAND=1 --knob aux_gluon.STATES_SLOTS=1 --knob
-# aux_gluon.MAXNREG=168)
+# knob: registers per thread for this kernel (its launch's maxnreg; the default of launch_aux's
+# ``maxnreg``), None: ptxas's choice. At P = 64 with STATES_OPERAND and one states slot the aux
+# takes 75800 B of shared memory, under the 76800 a third program per SM leaves it, at 194
+# registers (two programs); 168 fits three, for 40 B of spill stores a thread (ptxas, Triton 3.6,
+# sm_90: benchmarks/ptxas_stage.py stage38_bf16aux 128 64 4 16 --kernel aux --knob
+# aux_gluon.STATES_OPERAND=1 --knob aux_gluon.STATES_SLOTS=1 --knob aux_gluon.MAXNREG=168).
+# stage39_auxregs takes it there
 MAXNREG: int | None = None
 
 
@@ -752,7 +753,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
                rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
                narrow_boxes: bool | None = None, bf16_pairs: bool | None = None,
-               states_operand: bool | None = None, states_slots: int | None = None, **_ignored) -> None:
+               states_operand: bool | None = None, states_slots: int | None = None, maxnreg: int | None = None,
+               **_ignored) -> None:
     """stage7_streamaux.launch_aux's signature, for the configuration it is written for (the
     diagonal weight blocks to GDB, the increments formed; PsiV and dPhiO it always forms from the
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
@@ -766,8 +768,10 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     (:data:`NARROW_BOXES`, the default); ``bf16_pairs``: the bf16 parts (:data:`BF16`) with two
     chunks a program too (:data:`BF16_PAIRS`, the default); ``states_operand``: with them, the
     states' TMA slot as dQ's wgmma operand (:data:`STATES_OPERAND`, the default); ``states_slots``:
-    with that, the states' ring slots (:data:`STATES_SLOTS`, the default)."""
+    with that, the states' ring slots (:data:`STATES_SLOTS`, the default); ``maxnreg``: registers
+    per thread (:data:`MAXNREG`, the default; None: ptxas's choice)."""
     slots = STATES_SLOTS if states_slots is None else states_slots
+    regs = MAXNREG if maxnreg is None else maxnreg
     if slots not in (1, 2):
         raise ValueError(f"states_slots: 1 or 2, got {slots}")
     if not (diag_blocks and increments):
@@ -814,5 +818,5 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
         BF16=bf16, SD=sd, KW=kw, IK=ik,
         STB=stb, ST1=stb and slots == 1,
-        num_warps=4 * AUX_WARPGROUPS, **({"maxnreg": MAXNREG} if MAXNREG else {}),
+        num_warps=4 * AUX_WARPGROUPS, **({"maxnreg": regs} if regs else {}),
     )
