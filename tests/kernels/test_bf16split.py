@@ -253,3 +253,30 @@ def test_stage39_is_stage38_without_a_hopper_gpu():
     """On the CPU (no Gluon aux) stage39 launches exactly stage38's kernels: the same outputs bit
     for bit, on a shape its rule takes."""
     _assert_same_outputs("stage39_auxregs", "stage38_bf16aux", "small-N128_P64_R2_C32")
+
+
+def test_stage40_fits_two_state_terms_programs_an_sm_on_chunk_pairs_at_p128(compile_stage):
+    """N128_P128_R4_C8 (two chunks a state_terms program): stage40's state_terms walks on a TMA ring
+    of one slot (RING = 1), a third of its shared memory less (one slot of every block: each
+    chunk's [16, P] dstates fp32 and states bf16, its k and dK rows), two programs per SM where
+    stage39's took one. The other kernels are stage39's launches."""
+    mine = compile_stage("stage40_termsring", 128, 128, 4, 8, "")
+    theirs = compile_stage("stage39_auxregs", 128, 128, 4, 8, "")
+    terms, two = mine["bwd_bwd_state_terms_gluon_kernel"], theirs["bwd_bwd_state_terms_gluon_kernel"]
+    assert (terms["keywords"]["CP"], terms["keywords"]["RING"], two["keywords"]["RING"]) == (2, 1, 2)
+    assert (terms["programs_per_sm_by_shared"], two["programs_per_sm_by_shared"]) == (2, 1)
+    assert {k: v for k, v in mine.items() if "state_terms" not in k} == {
+        k: v for k, v in theirs.items() if "state_terms" not in k}
+
+
+@pytest.mark.parametrize("N,P,R,C", [(64, 128, 4, 16), (256, 64, 4, 8), (128, 64, 4, 16)])
+def test_stage40_is_stage39_off_chunk_pairs_at_p128(compile_stage, N, P, R, C):
+    """One chunk a state_terms program at P = 128 (one slot measured slower there), chunk pairs at
+    P = 64 (not measured), and P = 64: stage40 launches stage39's kernels."""
+    assert compile_stage("stage40_termsring", N, P, R, C, "") == compile_stage("stage39_auxregs", N, P, R, C, "")
+
+
+def test_stage40_is_stage39_without_a_hopper_gpu():
+    """On the CPU (no Gluon state_terms) stage40 launches exactly stage39's kernels: the same
+    outputs bit for bit, on the shape its rule takes."""
+    _assert_same_outputs("stage40_termsring", "stage39_auxregs", "small-N128_P128_R4_C8")

@@ -102,7 +102,7 @@ def test_registry_lists_the_ladder_in_order_with_tags():
                       "stage25_subchunk", "stage26_widep", "stage27_rotinline",
                       "stage28_termsdk", "stage29_auxdq", "stage30_stepdesc",
                       "stage31_chunkpairs", "stage32_banks", "stage33_chunksum", "stage34_poststeps",
-                      "stage37_bf16split", "stage38_bf16aux", "stage39_auxregs"] == list(LADDER)
+                      "stage37_bf16split", "stage38_bf16aux", "stage39_auxregs", "stage40_termsring"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE

@@ -49,16 +49,19 @@ def uses_gluon(x: dict, meta) -> bool:
 
 
 def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_layouts: bool = False,
-             pipeline: bool = False, **kw) -> None:
+             pipeline: bool = False, terms_ring: int | None = None, **kw) -> None:
     """stage23's pipeline; ``chunk_pairs``, ``transpose_layouts``, ``pipeline``: the Gluon
     state_terms' launch keywords (stage31, stage32; ``pipeline`` is terms_gluon.PIPELINE's, which no
-    stage takes: within the run's spread on an H100); ``kw``: more stage22_lkqblock.run_with keywords
+    stage takes: within the run's spread on an H100); ``terms_ring``: its TMA ring's slots
+    (launch_state_terms' ``ring``; stage40); ``kw``: more stage22_lkqblock.run_with keywords
     (stage24)."""
     terms = None
     if uses_gluon(x, meta):
         terms = terms_gluon.launch_state_terms
         launch = {k: True for k, on in (("chunk_pairs", chunk_pairs), ("transpose_layouts", transpose_layouts),
                                         ("pipeline", pipeline)) if on}
+        if terms_ring is not None:
+            launch["ring"] = terms_ring
         if launch:
             terms = functools.partial(terms, **launch)
     stage22_lkqblock.run_with(x, out, meta, state_terms=terms, **kw)

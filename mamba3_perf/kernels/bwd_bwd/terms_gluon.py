@@ -554,7 +554,10 @@ PIPELINE: bool = False
 # stage32's state_terms on N128_P64_R4_C16 (records/ncu-source-stage32-h100-b73b611) has the
 # walk's mbarrier wait as its most-stalled instruction (8.1 % of the samples). 3 on an H100:
 # golden, state_terms within 1.3 % of its time (records/h100-sweep-rings-a4b1997.json): no stage
-# takes it
+# takes it. 1 (no copy in flight ahead of the step) takes one slot of every block: on
+# N128_P128_R4_C8 (chunk pairs) 131088 -> 98312 B, two programs per SM where one ran, state_terms
+# 1529 -> 1236 us on an H100, golden; on N64_P128_R4_C16 (two programs either way) 542 -> 583
+# (records/h100-sweep-termsring-16eb925.json): stage40_termsring takes it on chunk pairs at P = 128
 TERMS_RING: int = 2
 
 # knob: each step's states block loaded from global memory into registers instead of through the
@@ -587,7 +590,8 @@ def supports_rotation(meta) -> bool:
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
                        dangles_started: bool = False, chunk_pairs: bool | None = None,
                        transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
-                       pipeline: bool | None = None, states_global: bool | None = None, **_ignored) -> None:
+                       pipeline: bool | None = None, states_global: bool | None = None, ring: int | None = None,
+                       **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
@@ -598,8 +602,9 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the fp32
     k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default); ``pipeline``: the
     kernel's PIPE (:data:`PIPELINE`, the default); ``states_global``: its STG, one chunk a
-    program without PIPE only (default: :data:`STATES_GLOBAL` where that holds). :data:`MAXNREG`
-    caps its registers per thread."""
+    program without PIPE only (default: :data:`STATES_GLOBAL` where that holds); ``ring``: the
+    slots of its TMA ring without PIPE (:data:`TERMS_RING`, the default). :data:`MAXNREG` caps its
+    registers per thread."""
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
     pipe = bool(PIPELINE if pipeline is None else pipeline)
@@ -633,6 +638,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
-        PIPE=pipe, RING=TERMS_RING, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
+        PIPE=pipe, RING=TERMS_RING if ring is None else ring, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": MAXNREG} if MAXNREG else {}),
     )
