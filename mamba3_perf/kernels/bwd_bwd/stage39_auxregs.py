@@ -32,6 +32,12 @@ stage38. state_terms the same way (terms_gluon.MAXNREG = 128 or 136 for a fourth
 records/h100-sweep-termsregs-f742101.json) measured 3-7 % slower on five of six shapes, as at
 stage32: not taken.
 
+Side by side with stage38 on the official grid, one process per case, three rounds (same H100
+kind; ``bash benchmarks/h200_ladder.sh /tmp/run 290 532 official
+stage38_bf16aux,stage39_auxregs,tilelang 3 16 stage``, TileLang's compiles cut off by the phase;
+records/h100-auxregs-vs-bf16aux-16eb925.json): golden 132/132, stage39 / stage38 1.018x in
+geomean, 1.022-1.066x on the five shapes above that gain, within 0.7 % elsewhere.
+
 Only at P = 64 where a chunk fills the aux's 64 rows (:func:`changes`); at P = 32 the aux runs
 three programs per SM already (162 registers, 68.6 KB), at P = 128 stage38's rule holds, and where
 C*R = 32 the Triton aux runs. Elsewhere, and wherever the Gluon aux does not take bf16 parts (no

@@ -20,6 +20,13 @@ state_terms / the stage in us, two slots -> one:
 
 So only on chunk pairs at P = 128 (:func:`changes`); elsewhere, and where the Gluon state_terms
 does not run (no Hopper GPU), this stage is stage39.
+
+Side by side with stage38 and the live upstream TileLang kernel on the official grid, one process
+per case, two rounds (same H100 kind; ``bash benchmarks/h200_ladder.sh /tmp/run 345 565 official
+stage38_bf16aux,stage40_termsring,tilelang 2 16 stage``; records/h100-termsring-vs-tilelang-
+0eb40f2.json): golden 132/132; stage40 / stage38 1.025x in geomean (N128_P128_R4_C8 4563 -> 4247
+us); against TileLang on that H100 0.982x in geomean (stage38 0.958x), from 0.703x on
+N256_P64_R4_C8 to 1.517x on N32_P64_R4_C16. Not yet run on the H200.
 """
 from __future__ import annotations
 
