@@ -1,6 +1,9 @@
 """Every registered stage passes the golden criterion on the pairwise, tail and small official
 sets (Triton interpreter on the CPU, real kernels on a GPU)."""
 import functools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -198,3 +201,25 @@ def test_wave_pass_on_32_column_blocks_at_n256(monkeypatch):
     assert stage15_passwave.wave_block(c) == 32
     rows = check_stage("stage15_passwave", c, inputs=x, golden=gold)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_the_ladder_imports_and_runs_its_rules_without_gluon():
+    """A Triton without Gluon's Hopper modules (triton-ascend, older Tritons): every stage still
+    registers, the Gluon stages fall back to their parents, and the rules of the stages past them
+    (stage39's, stage40's) need no Gluon import. Checked in a subprocess where importing
+    triton.experimental.gluon fails."""
+    code = (
+        "import sys\n"
+        "for m in ('triton.experimental.gluon', 'triton.experimental.gluon.language',\n"
+        "          'triton.experimental.gluon.language.nvidia.hopper', 'triton.experimental.gluon.nvidia.hopper'):\n"
+        "    sys.modules[m] = None\n"
+        "from mamba3_perf.kernels import get_case, list_stages\n"
+        "from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms, stage24_gluonaux, stage39_auxregs, stage40_termsring\n"
+        "c = get_case('small-N128_P128_R4_C8')\n"
+        "print(list_stages()[-1].name, stage23_gluonterms.terms_gluon, stage24_gluonaux.aux_gluon,\n"
+        "      stage40_termsring.changes(c))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["stage40_termsring", "None", "None", "True"]

@@ -49,6 +49,17 @@ def is_hopper(device) -> bool:
         torch.cuda.current_device() if dev.index is None else dev.index) == 9
 
 
+# rows of every wgmma product of the Gluon kernels: a warpgroup's least (chunks of C*R = 32 fused
+# rows run on 64)
+WG_ROWS = 64
+
+
+def chunks_per_program(meta, pairs: bool) -> int:
+    """The Gluon kernels' CP: 2 where ``pairs`` and a chunk has C*R = 32 fused rows and the
+    sequence an even number of chunks (two adjacent chunks fill the WG_ROWS rows), else 1."""
+    return 2 if pairs and meta.C * meta.R * 2 == WG_ROWS and meta.nchunks % 2 == 0 else 1
+
+
 @functools.lru_cache(maxsize=None)
 def _capability_major(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]  # asked once per device: a host call per launch otherwise

@@ -11,6 +11,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from mamba3_perf.kernels.bwd_bwd.common import WG_ROWS, chunks_per_program  # noqa: F401
+
 # the TMA load: async_copy_global_to_shared in Triton 3.6 (the H200's), async_load later
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 # a shared buffer's view as another shape: _reinterpret in Triton 3.6, reinterpret later
@@ -76,14 +78,8 @@ def at_step(buf, z, DYN: gl.constexpr):
         return buf
 
 
-# rows of every wgmma product: a warpgroup's least (chunks of C*R = 32 fused rows run on 64)
-WG_ROWS = 64
-
-
-def chunks_per_program(meta, pairs: bool) -> int:
-    """The Gluon kernels' CP: 2 where ``pairs`` and a chunk has C*R = 32 fused rows and the
-    sequence an even number of chunks (two adjacent chunks fill the WG_ROWS rows), else 1."""
-    return 2 if pairs and meta.C * meta.R * 2 == WG_ROWS and meta.nchunks % 2 == 0 else 1
+# WG_ROWS, chunks_per_program: common's (plain Python, for the rules of stages that must import
+# without Gluon)
 
 
 @gluon.jit

@@ -49,7 +49,7 @@ from __future__ import annotations
 import torch
 
 from mamba3_perf.kernels.bwd_bwd import stage34_poststeps, stage37_bf16split, stage38_bf16aux
-from mamba3_perf.kernels.bwd_bwd.gluon_common import WG_ROWS
+from mamba3_perf.kernels.bwd_bwd.common import WG_ROWS
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 # knob (benchmarks/sweep_knob.py --knob stage39_auxregs.AUX_REGS=0,1): 0 runs stage38

@@ -30,7 +30,8 @@ N256_P64_R4_C8 to 1.517x on N32_P64_R4_C16. Not yet run on the H200.
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import gluon_common, stage34_poststeps, stage38_bf16aux, stage39_auxregs
+from mamba3_perf.kernels.bwd_bwd import stage34_poststeps, stage38_bf16aux, stage39_auxregs
+from mamba3_perf.kernels.bwd_bwd.common import chunks_per_program
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 # knob (benchmarks/sweep_knob.py --knob stage40_termsring.TERMS_RING1=0,1): 0 runs stage39
@@ -44,7 +45,7 @@ def changes(meta) -> bool:
     """Whether this stage launches anything other than stage39's kernels for ``meta``: P =
     :data:`TERMS_RING1_P` with two chunks a state_terms program (stage31's pairs: C*R = 32, an even
     number of chunks)."""
-    return TERMS_RING1 and meta.P == TERMS_RING1_P and gluon_common.chunks_per_program(meta, True) == 2
+    return TERMS_RING1 and meta.P == TERMS_RING1_P and chunks_per_program(meta, True) == 2
 
 
 def run(x: dict, out: dict, meta) -> None:
