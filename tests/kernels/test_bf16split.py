@@ -233,8 +233,8 @@ def test_stage39_is_stage38_off_p64_and_on_chunk_pairs(compile_stage, N, P, R, C
 
 def test_stage39_changes_only_the_bf16_parts_at_p64():
     """stage39's rule: P = 64, one 64-row chunk a program, bf16 cached states under the bf16 split
-    (fp32 cached states keep TF32 parts at 254 registers, which the cap would spill); its knob off
-    gives stage38 everywhere."""
+    (fp32 cached states, or the aux's bf16 parts off, keep TF32 parts at 254 registers, which the
+    cap would spill); its knob off gives stage38 everywhere."""
     from mamba3_perf.kernels.bwd_bwd import stage39_auxregs
     from mamba3_perf.kernels.knobs import single_knobs
 
@@ -245,8 +245,9 @@ def test_stage39_changes_only_the_bf16_parts_at_p64():
     assert changes("small-N128_P64_R4_C16") and changes("small-N128_P64_R2_C32")
     assert not any(changes(c) for c in ("small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P32_R4_C16"))
     assert not changes("small-N128_P64_R4_C16", torch.float32)
-    with single_knobs(["stage39_auxregs.AUX_REGS=0"]):
-        assert not changes("small-N128_P64_R4_C16")
+    for knob in ("stage39_auxregs.AUX_REGS=0", "aux_gluon.BF16=0"):
+        with single_knobs([knob]):
+            assert not changes("small-N128_P64_R4_C16"), knob
 
 
 def test_stage39_is_stage38_without_a_hopper_gpu():

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from mamba3_perf.kernels.bwd_bwd import stage34_poststeps, stage37_bf16split, stage38_bf16aux
+from mamba3_perf.kernels.bwd_bwd import stage24_gluonaux, stage34_poststeps, stage37_bf16split, stage38_bf16aux
 from mamba3_perf.kernels.bwd_bwd.common import WG_ROWS
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
@@ -66,9 +66,10 @@ AUX_REGS_P: int = 64
 
 def changes(x: dict, meta) -> bool:
     """Whether this stage launches anything other than stage38's kernels for ``x`` and ``meta``:
-    P = :data:`AUX_REGS_P`, one chunk of C*R = 64 rows a Gluon aux program, its bf16 parts (bf16
-    cached states, the bf16 split: stage37_bf16split.splits_bf16)."""
+    P = :data:`AUX_REGS_P`, one chunk of C*R = 64 rows a Gluon aux program, its bf16 parts (its
+    knob aux_gluon.BF16, bf16 cached states, the bf16 split: stage37_bf16split.splits_bf16)."""
     return (AUX_REGS and meta.P == AUX_REGS_P and meta.C * meta.R == WG_ROWS
+            and getattr(stage24_gluonaux.aux_gluon, "BF16", False)
             and x["states"].dtype == torch.bfloat16 and stage37_bf16split.splits_bf16(x))
 
 
