@@ -64,4 +64,5 @@ STAGE = register_stage(StageSpec(
     entry=run,
     kernels=stage34_poststeps.STAGE.kernels,
     zero_outputs=False,
+    hopper_only=True,
 ))
