@@ -78,7 +78,7 @@ def run(x: dict, out: dict, meta) -> None:
     slot and :data:`AUX_MAXNREG` registers a thread."""
     if not changes(x, meta):
         return stage38_bf16aux.run(x, out, meta)
-    stage37_bf16split.run_with(x, out, meta, states_operand=True, states_slots=1, aux_maxnreg=AUX_MAXNREG)
+    stage38_bf16aux.run_with(x, out, meta, states_operand=True, states_slots=1, aux_maxnreg=AUX_MAXNREG)
 
 
 STAGE = register_stage(StageSpec(

@@ -608,6 +608,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
     pipe = bool(PIPELINE if pipeline is None else pipeline)
+    slots = TERMS_RING if ring is None else ring
     if states_global and (cp != 1 or pipe):
         raise ValueError(f"states_global: one chunk a program without pipeline only; got {cp} chunk(s) a "
                          f"program, pipeline={pipe}")
@@ -638,6 +639,6 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
-        PIPE=pipe, RING=TERMS_RING if ring is None else ring, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
+        PIPE=pipe, RING=slots, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": MAXNREG} if MAXNREG else {}),
     )
