@@ -281,3 +281,50 @@ def test_stage40_is_stage39_without_a_hopper_gpu():
     """On the CPU (no Gluon state_terms) stage40 launches exactly stage39's kernels: the same
     outputs bit for bit, on the shape its rule takes."""
     _assert_same_outputs("stage40_termsring", "stage39_auxregs", "small-N128_P128_R4_C8")
+
+
+def test_stage41_fits_three_streamed_aux_programs_an_sm_at_n256(compile_stage):
+    """N256_P64_R4_C8 (chunks of 32 rows at P = 64: the streamed Triton aux): stage41 launches it
+    at 168 registers a thread, three programs of 128 threads in an SM's 65536 (stage40: uncapped,
+    250), its shared memory three programs' too. The other kernels are stage40's launches."""
+    mine = compile_stage("stage41_streamregs", 256, 64, 4, 8, "")
+    theirs = compile_stage("stage40_termsring", 256, 64, 4, 8, "")
+    aux, two = mine["bwd_bwd_aux_streamed_kernel"], theirs["bwd_bwd_aux_streamed_kernel"]
+    assert (aux.get("maxnreg"), two.get("maxnreg")) == (168, None)
+    assert 3 * aux["maxnreg"] * 32 * aux["num_warps"] <= 65536
+    assert aux["programs_per_sm_by_shared"] >= 3
+    assert aux["keywords"].pop("maxnreg") == 168 and "maxnreg" not in two["keywords"]
+    assert {k: v for k, v in aux.items() if k != "maxnreg"} == {k: v for k, v in two.items() if k != "maxnreg"}
+    assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
+
+
+@pytest.mark.parametrize("N,P,R,C", [(16, 64, 4, 8), (128, 64, 4, 16), (128, 128, 4, 8)])
+def test_stage41_is_stage40_where_the_streamed_aux_is_capped_or_not_run(compile_stage, N, P, R, C):
+    """N = 16 (stage16 caps the streamed aux at 168 already), one 64-row chunk a program at P = 64
+    (the Gluon aux) and chunk pairs at P = 128 (the Gluon aux in pairs): stage41 launches stage40's
+    kernels."""
+    assert compile_stage("stage41_streamregs", N, P, R, C, "") == compile_stage("stage40_termsring", N, P, R, C, "")
+
+
+def test_stage41_changes_only_the_bf16_parts_on_32_row_chunks_at_p64():
+    """stage41's rule: P = 64, C*R = 32, N > 16, bf16 cached states under the bf16 split (fp32
+    cached states keep TF32 parts, on which the cap was not measured); its knob off gives stage40."""
+    from mamba3_perf.kernels.bwd_bwd import stage41_streamregs
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    def changes(case_id, states_dtype=torch.bfloat16):
+        c = get_case(case_id)
+        return stage41_streamregs.changes(make_inputs(c, states_dtype=states_dtype), c)
+
+    assert changes("small-N256_P64_R4_C8")
+    assert not any(changes(c) for c in ("small-N16_P64_R4_C8", "small-N128_P64_R4_C16", "small-N128_P128_R4_C8"))
+    assert not changes("small-N256_P64_R4_C8", torch.float32)
+    for knob in ("stage41_streamregs.STREAM_REGS=0", "stage37_bf16split.BF16=0"):
+        with single_knobs([knob]):
+            assert not changes("small-N256_P64_R4_C8"), knob
+
+
+def test_stage41_is_stage40_on_the_interpreter():
+    """On the CPU the register cap is a launch option the interpreter does not take: stage41 gives
+    stage40's outputs bit for bit on the shape its rule takes."""
+    _assert_same_outputs("stage41_streamregs", "stage40_termsring", "small-N256_P64_R4_C8")
