@@ -26,6 +26,14 @@ So the cap where stage16's rule does not already set it: P = 64, C*R = 32, N > 1
 (:func:`changes`; the TF32 parts compile to 255 registers, which the cap was not measured on).
 Elsewhere, and on the interpreter, which takes no register cap (the outputs are stage40's bit for
 bit), this stage is stage40.
+
+Side by side with stage40 and the live upstream TileLang kernel on the official grid, one process
+per case, two rounds (same H100 kind; ``bash benchmarks/h200_ladder.sh /tmp/run 345 565 official
+stage40_termsring,stage41_streamregs,tilelang 2 16 stage``, records/h100-streamregs-vs-termsring-
+73800e9.json, and N256_P64_R4_C8 again alone with TileLang's compile given 440 s,
+records/h100-streamregs-vs-tilelang-n256-f7c1c51.json): golden 132/132; stage41 / stage40 1.033x
+and 1.030x on N256_P64_R4_C8, the same kernels elsewhere; against TileLang on that H100 0.978x in
+geomean (0.724x on N256_P64_R4_C8, 1.485x on N32_P64_R4_C16). Not yet run on the H200.
 """
 from __future__ import annotations
 
