@@ -231,23 +231,37 @@ def test_stage39_is_stage38_off_p64_and_on_chunk_pairs(compile_stage, N, P, R, C
     assert compile_stage("stage39_auxregs", N, P, R, C, "") == compile_stage("stage38_bf16aux", N, P, R, C, "")
 
 
-def test_stage39_changes_only_the_bf16_parts_at_p64():
-    """stage39's rule: P = 64, one 64-row chunk a program, bf16 cached states under the bf16 split
-    (fp32 cached states, or the aux's bf16 parts off, keep TF32 parts at 254 registers, which the
-    cap would spill); its knob off gives stage38 everywhere."""
-    from mamba3_perf.kernels.bwd_bwd import stage39_auxregs
+@pytest.mark.parametrize("stage,takes,skips,knobs", [
+    # stage39: P = 64, one 64-row chunk a Gluon aux program (fp32 cached states, or the aux's bf16
+    # parts off, keep TF32 parts at 254 registers, which the cap would spill)
+    ("stage39_auxregs", ("small-N128_P64_R4_C16", "small-N128_P64_R2_C32"),
+     ("small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P32_R4_C16"),
+     ("stage39_auxregs.AUX_REGS=0", "aux_gluon.BF16=0")),
+    # stage41: P = 64, C*R = 32 (the streamed aux), N > 16 (stage16 caps it at N <= 16); fp32 cached
+    # states keep TF32 parts, on which the cap was not measured
+    ("stage41_streamregs", ("small-N256_P64_R4_C8",),
+     ("small-N16_P64_R4_C8", "small-N128_P64_R4_C16", "small-N128_P128_R4_C8"),
+     ("stage41_streamregs.STREAM_REGS=0", "stage37_bf16split.BF16=0")),
+])
+def test_the_register_cap_stages_change_only_the_bf16_parts(stage, takes, skips, knobs):
+    """stage39's and stage41's rules take their shapes only with bf16 cached states under the bf16
+    split, and their knob (or the bf16 parts) off gives the parent everywhere."""
+    import importlib
+
     from mamba3_perf.kernels.knobs import single_knobs
+
+    module = importlib.import_module(f"mamba3_perf.kernels.bwd_bwd.{stage}")
 
     def changes(case_id, states_dtype=torch.bfloat16):
         c = get_case(case_id)
-        return stage39_auxregs.changes(make_inputs(c, states_dtype=states_dtype), c)
+        return module.changes(make_inputs(c, states_dtype=states_dtype), c)
 
-    assert changes("small-N128_P64_R4_C16") and changes("small-N128_P64_R2_C32")
-    assert not any(changes(c) for c in ("small-N256_P64_R4_C8", "small-N64_P128_R4_C16", "small-N128_P32_R4_C16"))
-    assert not changes("small-N128_P64_R4_C16", torch.float32)
-    for knob in ("stage39_auxregs.AUX_REGS=0", "aux_gluon.BF16=0"):
+    assert all(changes(c) for c in takes)
+    assert not any(changes(c) for c in skips)
+    assert not changes(takes[0], torch.float32)
+    for knob in knobs:
         with single_knobs([knob]):
-            assert not changes("small-N128_P64_R4_C16"), knob
+            assert not changes(takes[0]), knob
 
 
 def test_stage39_is_stage38_without_a_hopper_gpu():
@@ -304,24 +318,6 @@ def test_stage41_is_stage40_where_the_streamed_aux_is_capped_or_not_run(compile_
     (the Gluon aux) and chunk pairs at P = 128 (the Gluon aux in pairs): stage41 launches stage40's
     kernels."""
     assert compile_stage("stage41_streamregs", N, P, R, C, "") == compile_stage("stage40_termsring", N, P, R, C, "")
-
-
-def test_stage41_changes_only_the_bf16_parts_on_32_row_chunks_at_p64():
-    """stage41's rule: P = 64, C*R = 32, N > 16, bf16 cached states under the bf16 split (fp32
-    cached states keep TF32 parts, on which the cap was not measured); its knob off gives stage40."""
-    from mamba3_perf.kernels.bwd_bwd import stage41_streamregs
-    from mamba3_perf.kernels.knobs import single_knobs
-
-    def changes(case_id, states_dtype=torch.bfloat16):
-        c = get_case(case_id)
-        return stage41_streamregs.changes(make_inputs(c, states_dtype=states_dtype), c)
-
-    assert changes("small-N256_P64_R4_C8")
-    assert not any(changes(c) for c in ("small-N16_P64_R4_C8", "small-N128_P64_R4_C16", "small-N128_P128_R4_C8"))
-    assert not changes("small-N256_P64_R4_C8", torch.float32)
-    for knob in ("stage41_streamregs.STREAM_REGS=0", "stage37_bf16split.BF16=0"):
-        with single_knobs([knob]):
-            assert not changes("small-N256_P64_R4_C8"), knob
 
 
 def test_stage41_is_stage40_on_the_interpreter():
