@@ -92,13 +92,16 @@ HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline", "stage28_termsdk",
-                                   "stage29_auxdq", "stage30_stepdesc", "stage32_banks"])
+                                   "stage29_auxdq", "stage30_stepdesc", "stage32_banks", "stage39_auxregs",
+                                   "stage40_termsring", "stage41_streamregs"])
 @pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
 def test_gluon_stages_match_golden_on_hopper(cuda_golden, stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon
     aux runs only with those). stage27: the Gluon kernels rotating q / k themselves where it
     takes that (C*R = 64, N >= 64: hop-N64, hop-N128, hop-P128, hop-fp16-noD, ...); stage28:
-    state_terms finishing dK there too."""
+    state_terms finishing dK there too; stage39-41: the register caps and the one-slot ring where
+    their rules take a case (hop-N128, hop-P128-C8, hop-C8, ...), their parents elsewhere (hop-fp32,
+    fp32 cached states)."""
     cuda_golden(stage, case)
 
 
