@@ -7,10 +7,10 @@ P = 128 (stage31_chunkpairs.AUX_PAIRS_MIN_P). Under the bf16 split (stage37) it 
 registers a thread and 30720 B of shared memory on N256_P64_R4_C8: two programs of 4 warps per SM
 by registers. Capped at 168 (65536 registers over three programs of 128 threads) it spills 8 B a
 thread (ptxas, Triton 3.6, sm_90: ``benchmarks/ptxas_stage.py stage40_termsring 256 64 4 8 --kernel
-aux --maxnreg 168``; at 128, four programs, 180 B). stage16_regcap has capped it so since stage16
-at N <= 16 (one 16-column block; :func:`stage16_regcap.caps`), where it measured faster on the
-TF32 parts of that time; it measured slower at N = 64 and 128 there (C*R = 64 shapes, which the
-Gluon aux has taken since stage24).
+aux --maxnreg 168``; at 128, four programs, 180 B). stage16_regcap caps it so at N <= 16 (one
+16-column block; :func:`stage16_regcap.caps`), where it measured faster on the TF32 parts of that
+time; it measured slower at N = 64 and 128 there (C*R = 64 shapes, which the Gluon aux has taken
+since stage24).
 
 Measured on an H100 (NVIDIA H100 80GB HBM3, SM 1980 MHz, torch 2.11.0, Triton 3.6.0; golden in
 every setting; ``benchmarks/sweep_launch.py --cases N256_P64_R4_C8,N16_P64_R4_C8 --stage
