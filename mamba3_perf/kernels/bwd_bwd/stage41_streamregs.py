@@ -23,9 +23,9 @@ records/h100-sweep-streamregs-401b227.json), the streamed aux / the stage in us:
   465 / 1148, 462 / 1148
 
 So the cap where stage16's rule does not already set it: P = 64, C*R = 32, N > 16, the bf16 split
-(:func:`changes`; the TF32 parts compile to 255 registers, which the cap was not measured on).
-Elsewhere, and on the interpreter, which takes no register cap (the outputs are stage40's bit for
-bit), this stage is stage40.
+(:func:`changes`; the TF32 parts compile to 255 registers, which the cap was not measured on), on
+a Hopper GPU (where it was measured). Elsewhere, on other GPUs and on the interpreter, this stage
+is stage40 (its outputs are stage40's bit for bit).
 
 Side by side with stage40 and the live upstream TileLang kernel on the official grid, one process
 per case, two rounds (same H100 kind; ``bash benchmarks/h200_ladder.sh /tmp/run 345 565 official
@@ -40,6 +40,7 @@ from __future__ import annotations
 from mamba3_perf.kernels.bwd_bwd import (
     stage16_regcap, stage34_poststeps, stage37_bf16split, stage38_bf16aux, stage40_termsring,
 )
+from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 # knob (benchmarks/sweep_knob.py --knob stage41_streamregs.STREAM_REGS=0,1): 0 runs stage40
@@ -63,9 +64,10 @@ def changes(x: dict, meta) -> bool:
 
 
 def run(x: dict, out: dict, meta) -> None:
-    """stage40's run; where :func:`changes` (at P = 64, where stage40 is stage39 and that is
-    stage38), stage38's with the streamed aux at :data:`STREAM_MAXNREG` registers a thread."""
-    if not changes(x, meta):
+    """stage40's run; where :func:`changes` on a Hopper GPU (at P = 64, where stage40 is stage39
+    and that is stage38), stage38's with the streamed aux at :data:`STREAM_MAXNREG` registers a
+    thread."""
+    if not (changes(x, meta) and is_hopper(x["q"].device)):
         return stage40_termsring.run(x, out, meta)
     stage38_bf16aux.run_with(x, out, meta, stream_maxnreg=STREAM_MAXNREG)
 
