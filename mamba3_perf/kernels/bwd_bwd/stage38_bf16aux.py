@@ -77,7 +77,7 @@ def changes(meta) -> bool:
 def run_with(x: dict, out: dict, meta, **extra) -> None:
     """stage37's run; at P >= :data:`STAGE38_MIN_P` the Gluon aux on bf16 parts in pairs too,
     reading its states operand from the TMA slot of a ring of one slot. ``extra``: more
-    stage37_bf16split.run_with keywords, over this stage's (stage39, stage40)."""
+    stage37_bf16split.run_with keywords, over this stage's (stage39-41: their ``keywords``)."""
     if not (BF16AUX and changes(meta)):
         return stage37_bf16split.run_with(x, out, meta, **extra)
     own = dict(states_operand=True, bf16_pairs=True, states_slots=STATES_SLOTS)

@@ -73,12 +73,15 @@ def changes(x: dict, meta) -> bool:
             and x["states"].dtype == torch.bfloat16 and stage37_bf16split.splits_bf16(x))
 
 
+def keywords(x: dict, meta) -> dict:
+    """This stage's stage38_bf16aux.run_with keywords for ``x`` and ``meta``: where :func:`changes`,
+    the Gluon aux with the states operand, one states slot and :data:`AUX_MAXNREG` registers a
+    thread; none elsewhere (stage38). The stages past this one lay theirs over these."""
+    return dict(states_operand=True, states_slots=1, aux_maxnreg=AUX_MAXNREG) if changes(x, meta) else {}
+
+
 def run(x: dict, out: dict, meta) -> None:
-    """stage38's run; where :func:`changes`, the Gluon aux with the states operand, one states
-    slot and :data:`AUX_MAXNREG` registers a thread."""
-    if not changes(x, meta):
-        return stage38_bf16aux.run(x, out, meta)
-    stage38_bf16aux.run_with(x, out, meta, states_operand=True, states_slots=1, aux_maxnreg=AUX_MAXNREG)
+    stage38_bf16aux.run_with(x, out, meta, **keywords(x, meta))
 
 
 STAGE = register_stage(StageSpec(

@@ -48,12 +48,14 @@ def changes(meta) -> bool:
     return TERMS_RING1 and meta.P == TERMS_RING1_P and chunks_per_program(meta, True) == 2
 
 
+def keywords(x: dict, meta) -> dict:
+    """This stage's stage38_bf16aux.run_with keywords for ``x`` and ``meta``: stage39's, and where
+    :func:`changes`, state_terms on a TMA ring of one slot."""
+    return {**stage39_auxregs.keywords(x, meta), **({"terms_ring": 1} if changes(meta) else {})}
+
+
 def run(x: dict, out: dict, meta) -> None:
-    """stage39's run; where :func:`changes` (at P = 128, where stage39 is stage38), stage38's with
-    state_terms on a TMA ring of one slot."""
-    if not changes(meta):
-        return stage39_auxregs.run(x, out, meta)
-    stage38_bf16aux.run_with(x, out, meta, terms_ring=1)
+    stage38_bf16aux.run_with(x, out, meta, **keywords(x, meta))
 
 
 STAGE = register_stage(StageSpec(

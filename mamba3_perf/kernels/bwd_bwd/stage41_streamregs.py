@@ -63,13 +63,15 @@ def changes(x: dict, meta) -> bool:
             and stage16_regcap.caps(meta)["aux"] is None and stage37_bf16split.splits_bf16(x))
 
 
+def keywords(x: dict, meta) -> dict:
+    """This stage's stage38_bf16aux.run_with keywords for ``x`` and ``meta``: stage40's, and where
+    :func:`changes` on a Hopper GPU, the streamed aux at :data:`STREAM_MAXNREG` registers a thread."""
+    own = {"stream_maxnreg": STREAM_MAXNREG} if changes(x, meta) and is_hopper(x["q"].device) else {}
+    return {**stage40_termsring.keywords(x, meta), **own}
+
+
 def run(x: dict, out: dict, meta) -> None:
-    """stage40's run; where :func:`changes` on a Hopper GPU (at P = 64, where stage40 is stage39
-    and that is stage38), stage38's with the streamed aux at :data:`STREAM_MAXNREG` registers a
-    thread."""
-    if not (changes(x, meta) and is_hopper(x["q"].device)):
-        return stage40_termsring.run(x, out, meta)
-    stage38_bf16aux.run_with(x, out, meta, stream_maxnreg=STREAM_MAXNREG)
+    stage38_bf16aux.run_with(x, out, meta, **keywords(x, meta))
 
 
 STAGE = register_stage(StageSpec(
