@@ -13,11 +13,25 @@
 # Stage units start TileLang's compiles first: they are the long pole (~170 s each on the H100's
 # host with a few other compiles beside them, past 260-300 s with 21 on 16 cores, where six and
 # seven of them timed out in two calls: records/h100-auxdq-vs-tilelang-d57951a.json).
+# TileLang's compiles of the official grid take 345-440 s on a fresh machine. TL_CACHE_IN
+# (environment): a tar.xz of a TileLang kernel cache (~/.tilelang/cache, as TL_CACHE_OUT packs it),
+# unpacked before the compiles, so that the kernels it holds load instead of compiling (TileLang
+# keys them by the kernel's source, arguments and target: an H100's cache serves an H200, both
+# sm_90). TL_CACHE_OUT: where to pack the cache once the compiles end (a file under $OUT comes
+# back from the device tool; carry it in an ignored folder of the repo the next time).
 # usage: benchmarks/h200_warm.sh WORK STAGES CASES [timeout_s] [parallel] [unit]
 set -u
 work=$1; stages=$2; spec=$3; limit=${4:-300}; par=${5:-14}; unit=${6:-case}
 t0=$(date +%s)
 mkdir -p "$work/rc"
+tl_cache=${TILELANG_CACHE_DIR:-$HOME/.tilelang/cache}
+if [ -n "${TL_CACHE_IN:-}" ]; then
+  if [ -f "$TL_CACHE_IN" ]; then
+    mkdir -p "$tl_cache" && tar xJf "$TL_CACHE_IN" -C "$tl_cache" && echo "  TileLang cache from $TL_CACHE_IN: $(ls "$tl_cache" | wc -l) entries"
+  else
+    echo "  TL_CACHE_IN=$TL_CACHE_IN is not a file: TileLang compiles from scratch"
+  fi
+fi
 nocheck=""; [ "$unit" = stage ] && nocheck=--no-check
 units=$(python3 -c "
 from mamba3_perf.bench import select_cases, select_stages
@@ -31,3 +45,8 @@ printf '%s\n' $units | xargs -P "$par" -I{} sh -c "u={}; c=\${u%%__*}; s=\${u#*_
   timeout $limit python3 benchmarks/ladder.py --cases \$c --stages \$s --out /tmp/warm-runs --warmup-ms 1 --rep-ms 1 $nocheck \
   --json $work/\$u.json > $work/\$u.log 2>&1; rc=\$?; echo \$rc > $work/rc/\$u; \
   echo \"  warm \$u (\$s) rc=\$rc \$(( \$(date +%s) - $t0 ))s\""
+if [ -n "${TL_CACHE_OUT:-}" ] && [ -d "$tl_cache" ]; then
+  tmp="$TL_CACHE_OUT.part.$$"
+  tar cJf "$tmp" -C "$tl_cache" --exclude=./tmp . && mv -f "$tmp" "$TL_CACHE_OUT" \
+    && echo "  TileLang cache packed: $TL_CACHE_OUT ($(du -h "$TL_CACHE_OUT" | cut -f1))"
+fi
