@@ -47,6 +47,6 @@ printf '%s\n' $units | xargs -P "$par" -I{} sh -c "u={}; c=\${u%%__*}; s=\${u#*_
   echo \"  warm \$u (\$s) rc=\$rc \$(( \$(date +%s) - $t0 ))s\""
 if [ -n "${TL_CACHE_OUT:-}" ] && [ -d "$tl_cache" ]; then
   tmp="$TL_CACHE_OUT.part.$$"
-  tar cf - -C "$tl_cache" --exclude=./tmp . | xz -T0 -3 > "$tmp" && mv -f "$tmp" "$TL_CACHE_OUT" \
+  (set -o pipefail; tar cf - -C "$tl_cache" --exclude=./tmp . | xz -T0 -3 > "$tmp") && mv -f "$tmp" "$TL_CACHE_OUT" \
     && echo "  TileLang cache packed: $TL_CACHE_OUT ($(du -h "$TL_CACHE_OUT" | cut -f1))"
 fi
