@@ -48,5 +48,5 @@ printf '%s\n' $units | xargs -P "$par" -I{} sh -c "u={}; c=\${u%%__*}; s=\${u#*_
 if [ -n "${TL_CACHE_OUT:-}" ] && [ -d "$tl_cache" ]; then
   tmp="$TL_CACHE_OUT.part.$$"
   (set -o pipefail; tar cf - -C "$tl_cache" --exclude=./tmp . | xz -T0 -3 > "$tmp") && mv -f "$tmp" "$TL_CACHE_OUT" \
-    && echo "  TileLang cache packed: $TL_CACHE_OUT ($(du -h "$TL_CACHE_OUT" | cut -f1))"
+    && echo "  TileLang cache packed: $TL_CACHE_OUT ($(du -h "$TL_CACHE_OUT" | cut -f1))" || rm -f "$tmp"
 fi
