@@ -324,3 +324,46 @@ def test_stage41_is_stage40_on_the_interpreter():
     """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage41
     launches stage40's kernels: the same outputs bit for bit on the shape its rule takes."""
     _assert_same_outputs("stage41_streamregs", "stage40_termsring", "small-N256_P64_R4_C8")
+
+
+def test_stage42_fits_three_pre_programs_an_sm_at_p128(compile_stage):
+    """N128_P128_R4_C8 and N64_P128_R4_C16 (stage11's pre kernel on whole chunks, 8 warps, which
+    stage16 leaves uncapped there): stage42 launches it at 80 registers a thread, three programs of
+    256 threads in an SM's 65536 (stage41: uncapped, 97 and 112). The other kernels are stage41's
+    launches."""
+    for N, C in ((128, 8), (64, 16)):
+        mine = compile_stage("stage42_precap", N, 128, 4, C, "")
+        theirs = compile_stage("stage41_streamregs", N, 128, 4, C, "")
+        pre, two = mine["bwd_bwd_pre_steptrig_kernel"], theirs["bwd_bwd_pre_steptrig_kernel"]
+        assert (pre.get("maxnreg"), two.get("maxnreg"), pre["num_warps"]) == (80, None, 8)
+        assert 3 * pre["maxnreg"] * 32 * pre["num_warps"] <= 65536
+        assert pre["keywords"].pop("maxnreg") == 80 and "maxnreg" not in two["keywords"]
+        assert {k: v for k, v in pre.items() if k != "maxnreg"} == {k: v for k, v in two.items() if k != "maxnreg"}
+        assert {k: v for k, v in mine.items() if "pre" not in k} == {k: v for k, v in theirs.items() if "pre" not in k}
+
+
+@pytest.mark.parametrize("N,P,R,C", [(128, 64, 4, 16), (256, 64, 4, 8), (128, 128, 4, 16)])
+def test_stage42_is_stage41_where_the_pre_kernel_is_on_halves_or_capped(compile_stage, N, P, R, C):
+    """P = 64 (stage21's halves pre kernel on sub-chunks) and a [C, R, N] tile of 8192 elements at P
+    = 128 (stage16 caps the pre kernel at 128 there): stage42 launches stage41's kernels."""
+    assert compile_stage("stage42_precap", N, P, R, C, "") == compile_stage("stage41_streamregs", N, P, R, C, "")
+
+
+def test_stage42_rule_and_knob():
+    """The rule takes the P = 128 shapes whose pre tile stage16 leaves uncapped and nothing at P <=
+    64; its knob off gives stage41 everywhere."""
+    from mamba3_perf.kernels.bwd_bwd import stage42_precap
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    takes = ("small-N128_P128_R4_C8", "small-N64_P128_R4_C16")
+    assert all(stage42_precap.changes(get_case(c)) for c in takes)
+    assert not any(stage42_precap.changes(get_case(c)) for c in
+                   ("small-N256_P64_R4_C8", "small-N128_P64_R4_C16", "small-N128_P32_R4_C16", "small-N16_P64_R4_C8"))
+    with single_knobs(["stage42_precap.PRE_REGS=0"]):
+        assert not stage42_precap.changes(get_case(takes[0]))
+
+
+def test_stage42_is_stage41_on_the_interpreter():
+    """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage42
+    launches stage41's kernels: the same outputs bit for bit on a shape its rule takes."""
+    _assert_same_outputs("stage42_precap", "stage41_streamregs", "small-N64_P128_R4_C16")
