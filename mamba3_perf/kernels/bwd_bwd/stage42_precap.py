@@ -20,7 +20,8 @@ records/h100-sweep-precap-e74275a.json), the pre kernel's device time, us, uncap
 (96 registers still fit only two programs.) So :func:`changes`: stage11's pre kernel (no halves
 kernel for ``meta``) where stage16 does not cap it, on a Hopper GPU (where the cap was measured).
 Elsewhere, on other GPUs and on the interpreter, this stage is stage41 (its outputs are stage41's
-bit for bit).
+bit for bit). Measured by that sweep only: not yet laddered beside stage41 or TileLang, nor run on
+the H200 (README, "stage42_precap").
 """
 from __future__ import annotations
 
