@@ -43,14 +43,17 @@ def _capped(launch: dict, cap: int | None) -> dict:
     return dict(launch, maxnreg=cap) if cap else launch
 
 
-def run_with(x: dict, out: dict, meta, *, state_pass=None, stream_maxnreg: int | None = None, **kw) -> None:
+def run_with(x: dict, out: dict, meta, *, state_pass=None, stream_maxnreg: int | None = None,
+             pre_maxnreg: int | None = None, **kw) -> None:
     """stage16's pipeline; ``state_pass``: the state pass's launcher in place of stage15's
-    choice (stage17); ``stream_maxnreg``: the streamed aux's registers a thread in place of
-    :func:`caps`' (stage41); ``kw``: more stage11_steptrig.run_with keywords (stage18), a
-    ``pre_launch`` among them in place of this stage's (stage25)."""
+    choice (stage17); ``stream_maxnreg`` / ``pre_maxnreg``: the streamed aux's / the pre kernel's
+    registers a thread in place of :func:`caps`' (stage41 / stage42); ``kw``: more
+    stage11_steptrig.run_with keywords (stage18), a ``pre_launch`` among them in place of this
+    stage's (stage25)."""
     c = caps(meta)
-    if stream_maxnreg is not None:
-        c["aux"] = stream_maxnreg
+    for kernel, cap in (("aux", stream_maxnreg), ("pre", pre_maxnreg)):
+        if cap is not None:
+            c[kernel] = cap
     terms = stage9_termsblock.terms_choice(meta)
     if c["terms"] and terms:  # only the narrow state_terms (4 warps) was measured capped
         terms = dict(terms, launch=_capped(terms["launch"], c["terms"]))

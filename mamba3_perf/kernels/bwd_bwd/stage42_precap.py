@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from mamba3_perf.kernels.bwd_bwd import stage16_regcap, stage21_halves, stage34_poststeps, stage38_bf16aux
 from mamba3_perf.kernels.bwd_bwd import stage41_streamregs
-from mamba3_perf.kernels.bwd_bwd.common import CHUNK_LAUNCH, is_hopper
+from mamba3_perf.kernels.bwd_bwd.common import is_hopper
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 # knob (benchmarks/sweep_knob.py --knob stage42_precap.PRE_REGS=0,1): 0 runs stage41
@@ -48,11 +48,9 @@ def changes(meta) -> bool:
 
 def keywords(x: dict, meta) -> dict:
     """This stage's stage38_bf16aux.run_with keywords for ``x`` and ``meta``: stage41's, and where
-    :func:`changes` on a Hopper GPU, the pre kernel on stage16's launch options capped at
-    :data:`PRE_MAXNREG` registers a thread."""
-    own = {}
-    if changes(meta) and is_hopper(x["q"].device):
-        own["pre_launch"] = dict(CHUNK_LAUNCH, maxnreg=PRE_MAXNREG)
+    :func:`changes` on a Hopper GPU, the pre kernel at :data:`PRE_MAXNREG` registers a thread
+    (stage16_regcap.run_with's ``pre_maxnreg``)."""
+    own = {"pre_maxnreg": PRE_MAXNREG} if changes(meta) and is_hopper(x["q"].device) else {}
     return {**stage41_streamregs.keywords(x, meta), **own}
 
 
