@@ -297,19 +297,27 @@ def test_stage40_is_stage39_without_a_hopper_gpu():
     _assert_same_outputs("stage40_termsring", "stage39_auxregs", "small-N128_P128_R4_C8")
 
 
+def _assert_only_capped(mine: dict, theirs: dict, kernel: str, cap: int) -> dict:
+    """``mine`` launches ``kernel`` at ``cap`` registers a thread where ``theirs`` (the parent's
+    compiles) launches it uncapped, three programs of its warps in an SM's 65536 registers, and
+    is otherwise the parent's launch for launch. Returns mine's ``kernel`` entry."""
+    one, two = mine[kernel], theirs[kernel]
+    assert (one.get("maxnreg"), two.get("maxnreg")) == (cap, None)
+    assert 3 * one["maxnreg"] * 32 * one["num_warps"] <= 65536
+    assert one["keywords"].pop("maxnreg") == cap and "maxnreg" not in two["keywords"]
+    assert {k: v for k, v in one.items() if k != "maxnreg"} == {k: v for k, v in two.items() if k != "maxnreg"}
+    assert {k: v for k, v in mine.items() if k != kernel} == {k: v for k, v in theirs.items() if k != kernel}
+    return one
+
+
 def test_stage41_fits_three_streamed_aux_programs_an_sm_at_n256(compile_stage):
     """N256_P64_R4_C8 (chunks of 32 rows at P = 64: the streamed Triton aux): stage41 launches it
     at 168 registers a thread, three programs of 128 threads in an SM's 65536 (stage40: uncapped,
     250), its shared memory three programs' too. The other kernels are stage40's launches."""
     mine = compile_stage("stage41_streamregs", 256, 64, 4, 8, "")
     theirs = compile_stage("stage40_termsring", 256, 64, 4, 8, "")
-    aux, two = mine["bwd_bwd_aux_streamed_kernel"], theirs["bwd_bwd_aux_streamed_kernel"]
-    assert (aux.get("maxnreg"), two.get("maxnreg")) == (168, None)
-    assert 3 * aux["maxnreg"] * 32 * aux["num_warps"] <= 65536
+    aux = _assert_only_capped(mine, theirs, "bwd_bwd_aux_streamed_kernel", 168)
     assert aux["programs_per_sm_by_shared"] >= 3
-    assert aux["keywords"].pop("maxnreg") == 168 and "maxnreg" not in two["keywords"]
-    assert {k: v for k, v in aux.items() if k != "maxnreg"} == {k: v for k, v in two.items() if k != "maxnreg"}
-    assert {k: v for k, v in mine.items() if "aux" not in k} == {k: v for k, v in theirs.items() if "aux" not in k}
 
 
 @pytest.mark.parametrize("N,P,R,C", [(16, 64, 4, 8), (128, 64, 4, 16), (128, 128, 4, 8)])
@@ -334,12 +342,7 @@ def test_stage42_fits_three_pre_programs_an_sm_at_p128(compile_stage):
     for N, C in ((128, 8), (64, 16)):
         mine = compile_stage("stage42_precap", N, 128, 4, C, "")
         theirs = compile_stage("stage41_streamregs", N, 128, 4, C, "")
-        pre, two = mine["bwd_bwd_pre_steptrig_kernel"], theirs["bwd_bwd_pre_steptrig_kernel"]
-        assert (pre.get("maxnreg"), two.get("maxnreg"), pre["num_warps"]) == (80, None, 8)
-        assert 3 * pre["maxnreg"] * 32 * pre["num_warps"] <= 65536
-        assert pre["keywords"].pop("maxnreg") == 80 and "maxnreg" not in two["keywords"]
-        assert {k: v for k, v in pre.items() if k != "maxnreg"} == {k: v for k, v in two.items() if k != "maxnreg"}
-        assert {k: v for k, v in mine.items() if "pre" not in k} == {k: v for k, v in theirs.items() if "pre" not in k}
+        assert _assert_only_capped(mine, theirs, "bwd_bwd_pre_steptrig_kernel", 80)["num_warps"] == 8
 
 
 @pytest.mark.parametrize("N,P,R,C", [(128, 64, 4, 16), (256, 64, 4, 8), (128, 128, 4, 16)])
