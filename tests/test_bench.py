@@ -389,3 +389,37 @@ def test_the_device_scripts_import_without_ijson_or_plotly():
         "print('ok')\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_tilelang_warm_packs_the_cache_as_h200_warm_unpacks_it(tmp_path):
+    """benchmarks/tilelang_warm.py packs a TileLang cache (less its tmp) for h200_warm.sh's
+    ``tar xJf TL_CACHE_IN -C cache``; without tilelang it says so and packs nothing."""
+    import runpy
+    import subprocess
+    import sys
+    import tarfile
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "tilelang_warm.py"
+    mod = runpy.run_path(str(script))
+    cache = tmp_path / "cache"
+    (cache / "abc123").mkdir(parents=True)
+    (cache / "abc123" / "executable.so").write_bytes(b"\x7fELF")
+    (cache / "tmp").mkdir()
+    (cache / "tmp" / "half-written").write_bytes(b"x")
+    out = mod["pack"](cache, tmp_path / "packs" / "tl.tar.xz")
+    with tarfile.open(out) as tar:
+        assert sorted(tar.getnames()) == ["./abc123", "./abc123/executable.so"]
+        dest = tmp_path / "unpacked"
+        tar.extractall(dest, filter="data")
+    assert (dest / "abc123" / "executable.so").read_bytes() == b"\x7fELF"
+    assert [p.name for p in out.parent.iterdir()] == ["tl.tar.xz"]  # no temporary left beside it
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "tilelang.py").write_text("raise ImportError('no tilelang here')\n")
+    env["PYTHONPATH"] = str(blocked)
+    r = subprocess.run([sys.executable, str(script), "official-b8", "--out", str(tmp_path / "x.tar.xz"),
+                        "--cache-dir", str(cache)], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "do not import here" in r.stderr
+    assert not (tmp_path / "x.tar.xz").exists()
