@@ -14,7 +14,7 @@
 # Put WORK outside $OUT: the device tool brings back only a few files per call, and a run of eleven
 # cases writes a JSON and a log per case (a run of this script lost its records that way:
 # files_left_out "(count)"). Where $OUT is set, the script packs WORK/cases and the compile
-# phase's exit codes into $OUT/ladder-cases.tgz at the end, one file.
+# phase's exit codes and logs into $OUT/ladder-cases.tgz at the end, one file.
 set -u
 work=$1; phase1=${2:-300}; deadline=${3:-540}; spec=${4:-official,regular}; stages=${5:-all}
 rounds=${6:-1}; par=${7:-14}; unit=${8:-case}
@@ -39,5 +39,5 @@ for c in $(python3 -c "from mamba3_perf.bench import select_cases; print(' '.joi
   echo "  timed $c rc=$? $(( $(date +%s) - t0 ))s"
 done
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
-  tar czf "$OUT/ladder-cases.tgz" -C "$work" cases warm/rc && echo "  packed $OUT/ladder-cases.tgz"
+  tar czf "$OUT/ladder-cases.tgz" -C "$work" cases warm/rc $(cd "$work" && ls warm/*.log 2>/dev/null) && echo "  packed $OUT/ladder-cases.tgz"
 fi

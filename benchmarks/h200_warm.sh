@@ -33,6 +33,13 @@ if [ -n "${TL_CACHE_IN:-}" ]; then
   fi
 fi
 nocheck=""; [ "$unit" = stage ] && nocheck=--no-check
+# Each unit builds its case's inputs on the CPU (make_inputs: the fp32 forward cache), and torch
+# starts as many intra-op threads as the machine has cores: PAR processes of 16 threads each on 16
+# cores spin against each other (here, 6 processes on 2 cores: 70 s each at 2 threads, 26 s at 1).
+# A device run of 44 units at PAR 22 ended with every unit past its 170 s limit, TileLang's too
+# though its kernels came from the cache in 7 s alone. So each unit gets the cores / PAR share.
+threads=$(( $(nproc) / par )); [ "$threads" -ge 1 ] || threads=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 units=$(python3 -c "
 from mamba3_perf.bench import select_cases, select_stages
 cases = [c.id for c in select_cases('$spec')]
