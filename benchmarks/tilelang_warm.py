@@ -6,6 +6,11 @@ fresh device machine; about 55 s a case here, one core each).
     PYTHONPATH=<tilelang 0.1.8 for this Python>:<upstream mamba_ssm tree> \\
         python benchmarks/tilelang_warm.py official --out .scratch/tlcache.tar.xz -j 2
 
+(TileLang for this Python: the wheels benchmarks/upstream_kit.sh unpacks, with apache-tvm-ffi
+0.1.9 and torch-c-dlpack-ext built for it where it is not the device's 3.12; upstream's tree as
+that script copies it.) On an H100, 2026-12-07, a kernel built so loaded in 7 s
+(records/h100-warm-timeouts-b18f74c.txt).
+
 TileLang keys a kernel by its TIR, its arguments, the target's string, the execution backend, its
 pass configs, its version and libtilelang.so's size and mtime (tilelang/cache/kernel_cache.py):
 nothing of the machine beyond the target. On the device the target is derived from the GPU
