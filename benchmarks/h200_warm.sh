@@ -37,7 +37,8 @@ nocheck=""; [ "$unit" = stage ] && nocheck=--no-check
 # starts as many intra-op threads as the machine has cores: PAR processes of 16 threads each on 16
 # cores spin against each other (here, 6 processes on 2 cores: 70 s each at 2 threads, 26 s at 1).
 # A device run of 44 units at PAR 22 ended with every unit past its 170 s limit, TileLang's too
-# though its kernels came from the cache in 7 s alone. So each unit gets the cores / PAR share.
+# though its kernels came from the cache in 7 s alone (its logs did not come back, so the cause
+# there is not seen; oversubscription is the one found here). So each unit gets the cores / PAR share.
 threads=$(( $(nproc) / par )); [ "$threads" -ge 1 ] || threads=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 units=$(python3 -c "
