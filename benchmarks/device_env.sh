@@ -4,9 +4,10 @@
 # - .upstream/ as benchmarks/upstream_kit.sh builds it: site.tar.xz is unpacked into /tmp/site and
 #   put on PYTHONPATH with upstream's mamba_ssm tree and the repo (the TileLang row; without it the
 #   row is recorded not runnable and the stages run as ever);
-# - .scratch/tlcache.tar.xz, if there, as benchmarks/tilelang_warm.py packs it: exported as
-#   TL_CACHE_IN (h200_warm.sh unpacks it) and probed once: TL_CACHE_HIT=1 where one case's TileLang
-#   kernel loads within 40 s, 0 where it compiled (then give the compile phase TileLang's 345-440 s).
+# - .scratch/tlcache.tar.xz, if there, as benchmarks/tilelang_warm.py packs it: unpacked into
+#   TileLang's cache here (so TL_CACHE_IN is left unset: h200_warm.sh would unpack it again) and
+#   probed once: TL_CACHE_HIT=1 where one case's TileLang kernel loads within 40 s, 0 where it
+#   compiled (then give the compile phase TileLang's 345-440 s).
 # Writes the GPU's name, driver and clocks to $OUT/nvidia-smi.csv (a record's .nvidia-smi.csv) and
 # prints the versions that go beside every time.
 export PYTHONUNBUFFERED=1
@@ -24,15 +25,14 @@ fi
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 TL_CACHE_HIT=0
 if [ -f .scratch/tlcache.tar.xz ]; then
-  export TL_CACHE_IN=$PWD/.scratch/tlcache.tar.xz
   mkdir -p "${TILELANG_CACHE_DIR:-$HOME/.tilelang/cache}" \
-    && tar xJf "$TL_CACHE_IN" -C "${TILELANG_CACHE_DIR:-$HOME/.tilelang/cache}"
+    && tar xJf .scratch/tlcache.tar.xz -C "${TILELANG_CACHE_DIR:-$HOME/.tilelang/cache}"
   if timeout 40 python3 -c "
 from mamba3_perf import tilelang_row
 from mamba3_perf.bench import select_cases
 tilelang_row.compile_kernel(select_cases('N16_P64_R4_C8')[0])" >/dev/null 2>&1; then
     TL_CACHE_HIT=1
   fi
-  echo "device_env: TileLang cache $TL_CACHE_IN: hit=$TL_CACHE_HIT"
+  echo "device_env: TileLang cache .scratch/tlcache.tar.xz unpacked: hit=$TL_CACHE_HIT"
 fi
 export TL_CACHE_HIT
