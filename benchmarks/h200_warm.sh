@@ -38,7 +38,8 @@ nocheck=""; [ "$unit" = stage ] && nocheck=--no-check
 # cores spin against each other (here, 6 processes on 2 cores: 70 s each at 2 threads, 26 s at 1).
 # A device run of 44 units at PAR 22 ended with every unit past its 170 s limit, TileLang's too
 # though its kernels came from the cache in 7 s alone (its logs did not come back, so the cause
-# there is not seen; oversubscription is the one found here). So each unit gets the cores / PAR share.
+# there is not seen; oversubscription is the one found here). So each unit gets the cores / PAR share:
+# with it the next run's phase of 44 units at PAR 16 took 50 s on an H100 (README, "stage42_precap").
 threads=$(( $(nproc) / par )); [ "$threads" -ge 1 ] || threads=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 units=$(python3 -c "

@@ -182,7 +182,6 @@ STAGE_BUFFERS["stage39_auxregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage40_termsring"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage41_streamregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage42_precap"] = STAGE_BUFFERS["stage34_poststeps"]
-STAGE_BUFFERS["stage43_postcap"] = STAGE_BUFFERS["stage34_poststeps"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -370,38 +370,3 @@ def test_stage42_is_stage41_on_the_interpreter():
     """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage42
     launches stage41's kernels: the same outputs bit for bit on a shape its rule takes."""
     _assert_same_outputs("stage42_precap", "stage41_streamregs", "small-N64_P128_R4_C16")
-
-
-def test_stage43_fits_three_post_programs_an_sm_at_r8(compile_stage):
-    """N128_P64_R8_C8 (stage34's post kernel on half chunks, 8 warps, 128 registers): stage43
-    launches it at 80 registers a thread, three programs of 256 threads in an SM's 65536. The other
-    kernels are stage42's launches."""
-    mine = compile_stage("stage43_postcap", 128, 64, 8, 8, "")
-    theirs = compile_stage("stage42_precap", 128, 64, 8, 8, "")
-    assert _assert_only_capped(mine, theirs, "bwd_bwd_post_steptrig_kernel", 80)["num_warps"] == 8
-
-
-@pytest.mark.parametrize("N,P,R,C", [(128, 64, 4, 16), (256, 64, 4, 8), (128, 128, 4, 8), (128, 64, 2, 32)])
-def test_stage43_is_stage42_where_the_post_kernel_is_on_4_warps(compile_stage, N, P, R, C):
-    """R < 8 (the post kernel on 4 warps: stage25's sub-chunks, stage21's halves or stage34's one
-    step a program): stage43 launches stage42's kernels."""
-    assert compile_stage("stage43_postcap", N, P, R, C, "") == compile_stage("stage42_precap", N, P, R, C, "")
-
-
-def test_stage43_rule_and_knob():
-    """The rule takes R = 8, C = 8 only; its knob off gives stage42 there."""
-    from mamba3_perf.kernels.bwd_bwd import stage43_postcap
-    from mamba3_perf.kernels.knobs import single_knobs
-
-    assert stage43_postcap.changes(get_case("small-N128_P64_R8_C8"))
-    assert not any(stage43_postcap.changes(get_case(c)) for c in
-                   ("small-N256_P64_R4_C8", "small-N128_P64_R4_C16", "small-N128_P128_R4_C8", "small-N16_P64_R4_C8",
-                    "small-N128_P64_R2_C32", "small-N128_P64_R1_C64"))
-    with single_knobs(["stage43_postcap.POST_REGS=0"]):
-        assert not stage43_postcap.changes(get_case("small-N128_P64_R8_C8"))
-
-
-def test_stage43_is_stage42_on_the_interpreter():
-    """Off Hopper GPUs stage43 launches stage42's kernels: the same outputs bit for bit on the
-    shape its rule takes."""
-    _assert_same_outputs("stage43_postcap", "stage42_precap", "small-N128_P64_R8_C8")
