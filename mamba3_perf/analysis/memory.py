@@ -182,6 +182,8 @@ STAGE_BUFFERS["stage39_auxregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage40_termsring"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage41_streamregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage42_precap"] = STAGE_BUFFERS["stage34_poststeps"]
+# stage43 takes stage29's finishing on stage42's kernels: the Gluon kernels' buffers are stage29's kind
+STAGE_BUFFERS["stage43_finish"] = STAGE_BUFFERS["stage42_precap"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

@@ -370,3 +370,42 @@ def test_stage42_is_stage41_on_the_interpreter():
     """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage42
     launches stage41's kernels: the same outputs bit for bit on a shape its rule takes."""
     _assert_same_outputs("stage42_precap", "stage41_streamregs", "small-N64_P128_R4_C16")
+
+
+def test_stage43_finishes_dq_and_dk_in_the_gluon_kernels(compile_stage):
+    """N128_P64_R4_C16 (C*R = 64: both Gluon kernels run and can rotate): stage43 launches the Gluon
+    aux and state_terms rotating q / k (ROT) and finishing dQ and dK (FIN), and no post kernel;
+    the aux keeps stage42's cap and bf16 parts."""
+    mine = compile_stage("stage43_finish", 128, 64, 4, 16, "")
+    theirs = compile_stage("stage42_precap", 128, 64, 4, 16, "")
+    assert not any("post" in k for k in mine) and any("post" in k for k in theirs)
+    for k in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
+        kw, parent = mine[k]["keywords"], theirs[k]["keywords"]
+        assert (kw["ROT"], kw["FIN"], parent["ROT"], parent["FIN"]) == (True, True, False, False), k
+        assert kw["BF16"] == parent["BF16"], k
+    assert mine["bwd_bwd_aux_gluon_kernel"]["maxnreg"] == theirs["bwd_bwd_aux_gluon_kernel"]["maxnreg"] == 168
+
+
+@pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8)])
+def test_stage43_is_stage42_where_the_gluon_kernels_cannot_rotate(compile_stage, N, P, R, C):
+    """Chunks of 32 rows (the streamed Triton aux at P = 64, the Gluon kernels on chunk pairs at P
+    = 128, which do not rotate): stage43 launches stage42's kernels."""
+    assert compile_stage("stage43_finish", N, P, R, C, "") == compile_stage("stage42_precap", N, P, R, C, "")
+
+
+def test_stage43_knob_gives_stage42():
+    """Its knob off, stage43's keywords are stage42's for any inputs."""
+    from mamba3_perf.kernels.bwd_bwd import stage42_precap, stage43_finish
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    c = get_case("small-N128_P64_R4_C16")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    with single_knobs(["stage43_finish.FINISH=0"]):
+        assert not stage43_finish.changes(x, c)
+        assert stage43_finish.keywords(x, c) == stage42_precap.keywords(x, c)
+
+
+def test_stage43_is_stage42_on_the_interpreter():
+    """Off Hopper GPUs (the Gluon kernels, which rotate and finish, run only there) stage43 launches
+    stage42's kernels: the same outputs bit for bit on a shape where it finishes on a GPU."""
+    _assert_same_outputs("stage43_finish", "stage42_precap", "small-N128_P64_R4_C16")

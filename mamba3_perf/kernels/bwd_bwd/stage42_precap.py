@@ -20,7 +20,9 @@ records/h100-sweep-precap-e74275a.json), the pre kernel's device time, us, uncap
 (96 registers still fit only two programs.) So :func:`changes`: stage11's pre kernel (no halves
 kernel for ``meta``) where stage16 does not cap it, on a Hopper GPU (where the cap was measured).
 Elsewhere, on other GPUs and on the interpreter, this stage is stage41 (its outputs are stage41's
-bit for bit). Measured by that sweep only: not yet laddered beside stage41 or TileLang, nor run on
+bit for bit). Laddered beside stage41 and TileLang on the official grid on an H100, golden 132/132
+(records/h100-precap-postcap-vs-tilelang-37a5626.json): 1.016x over stage41 on N128_P128_R4_C8,
+1.009x on N64_P128_R4_C16, 1.003x in geomean; 0.981x of TileLang's speed in geomean. Not yet run on
 the H200 (README, "stage42_precap").
 """
 from __future__ import annotations

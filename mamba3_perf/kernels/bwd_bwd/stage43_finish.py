@@ -1,0 +1,65 @@
+"""stage43_finish: stage42 with stages 27-29's finishing where the Gluon kernels can rotate: q / k
+rotated in the Gluon aux and state_terms from the 16-bit inputs, dK finished in state_terms, dQ in
+the aux, and no post kernel.
+
+Why (README, "The HBM ceiling of stage42's pipeline"): counted on the interpreter, stage42's six
+kernels address 1.48-11.59 GB a call on the official grid, and at the H200's 4.3 TB/s that floor
+is only 1.93x under TileLang's H200 times in geomean: no tuning of those kernels reaches issue 5's
+2x. The rotated rows QR / KR and the rotated-domain gradient rows DQR / DKR are 0.33-5.37 GB of
+those bytes; without them the floor would be 3.28x under TileLang's times, 1.94x or more on every
+shape. Stages 27-29 removed exactly those round trips on stage26's kernels and measured slower on
+an H100 (the rotation and the finishing cost the Gluon kernels registers they did not have); since
+then stages 37-42 put the Gluon kernels on bf16 parts and capped registers, and the H200's wider
+HBM pays more for bytes than the H100 those stages were judged on.
+
+Compiled for sm_90 (Triton 3.6, no device; ``benchmarks/ptxas_stage.py`` on a stage running
+these keywords), stage42 -> this stage on the seven official shapes where it applies: the aux,
+capped at 168 registers at P = 64, spills 84-180 B a thread instead of 16-52 (at P = 32 162 -> 228
+registers and no spills; at P = 128 255 registers and 108 B instead of 48); state_terms 156-157
+-> 255 registers at P = 64 (three programs per SM -> two; 12 B of spills at R = 8), 125 -> 242 at
+P = 32, 231 -> 255 and 184 B of spills at P = 128; the pre kernel, which stores cos / sin instead
+of the rotated rows, 26-45 registers where it took 72-80 (80 where it took 56 at R = 1, C = 64); no
+post kernel.
+
+Where (:func:`changes`): where stage27 rotates inline (both Gluon kernels run and can rotate their
+blocks: C*R = 64, N >= 64, 16-bit inputs; seven of the eleven official shapes), on a Hopper GPU;
+elsewhere, on other GPUs and on the interpreter, this stage is stage42 (its outputs are stage42's
+bit for bit). Not yet measured on a device: neither golden-checked nor timed.
+"""
+from __future__ import annotations
+
+from mamba3_perf.kernels.bwd_bwd import stage27_rotinline, stage34_poststeps, stage38_bf16aux, stage42_precap
+from mamba3_perf.kernels.registry import StageSpec, register_stage
+
+# knob (benchmarks/sweep_knob.py --knob stage43_finish.FINISH=0,1): 0 runs stage42
+FINISH: bool = True
+
+
+def changes(x: dict, meta) -> bool:
+    """Whether this stage launches anything other than stage42's kernels for ``x`` and ``meta``:
+    where stage27 rotates q / k inline (stage27_rotinline.rotates_inline: the Gluon aux and
+    state_terms both run, which only a Hopper GPU does, and can rotate their blocks)."""
+    return FINISH and stage27_rotinline.rotates_inline(x, meta)
+
+
+def keywords(x: dict, meta) -> dict:
+    """This stage's stage38_bf16aux.run_with keywords: stage42's, and where :func:`changes` the
+    rotation inline (stage27), dK finished in state_terms (stage28) and dQ in the aux (stage29)."""
+    own = dict(rot_inline=True, finish_dk=True, finish_dq=True) if changes(x, meta) else {}
+    return {**stage42_precap.keywords(x, meta), **own}
+
+
+def run(x: dict, out: dict, meta) -> None:
+    stage38_bf16aux.run_with(x, out, meta, **keywords(x, meta))
+
+
+STAGE = register_stage(StageSpec(
+    name="stage43_finish",
+    parent="stage42_precap",
+    summary="stage42 with q / k rotated in the Gluon kernels, dK finished in state_terms and dQ in "
+            "the aux (no post kernel) where they can rotate: no QR / KR or DQR / DKR through HBM",
+    entry=run,
+    kernels=stage34_poststeps.STAGE.kernels,
+    zero_outputs=False,
+    hopper_only=True,
+))
