@@ -395,8 +395,6 @@ def test_tilelang_warm_packs_the_cache_as_h200_warm_unpacks_it(tmp_path):
     """benchmarks/tilelang_warm.py packs a TileLang cache (less its tmp) for h200_warm.sh's
     ``tar xJf TL_CACHE_IN -C cache``; without tilelang it says so and packs nothing."""
     import runpy
-    import subprocess
-    import sys
     import tarfile
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "tilelang_warm.py"
@@ -414,7 +412,7 @@ def test_tilelang_warm_packs_the_cache_as_h200_warm_unpacks_it(tmp_path):
     assert (dest / "abc123" / "executable.so").read_bytes() == b"\x7fELF"
     assert [p.name for p in out.parent.iterdir()] == ["tl.tar.xz"]  # no temporary left beside it
 
-    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "tilelang.py").write_text("raise ImportError('no tilelang here')\n")

@@ -182,7 +182,7 @@ STAGE_BUFFERS["stage39_auxregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage40_termsring"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage41_streamregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage42_precap"] = STAGE_BUFFERS["stage34_poststeps"]
-# stage43 takes stage29's finishing on stage42's kernels: the Gluon kernels' buffers are stage29's kind
+# stage43's Gluon kernels hold a pair's dQ / dK rows within their tiles, as stage28-29's do: stage42's buffers
 STAGE_BUFFERS["stage43_finish"] = STAGE_BUFFERS["stage42_precap"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
