@@ -555,8 +555,12 @@ def bwd_bwd_aux_gluon_kernel(
         elif CP == 2:
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
-        if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows moved over
-            qr_b = gl.convert_layout(qv, MB)
+        if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows formed again in
+            # the accumulator's layout from the boxes (moving qv over took 2 KB of scratch beside the
+            # walk's buffers, and with it the 75.8 KB that let three programs share an SM)
+            qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
+                                               QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
+            qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
         elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
             qr_b = qth_j.permute((1, 0)).load(MB) + qtl_j.permute((1, 0)).load(MB)
         else:
@@ -587,8 +591,9 @@ def bwd_bwd_aux_gluon_kernel(
                 d1 = dqf
             else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
                 # pre-rotation rows formed again from the boxes (not held in registers across the products)
-                qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
-                                                   QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
+                if not BF16:
+                    qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
+                                                       QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
                 finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, dqf, qxp, qx, qcs, qsn, b, h, hq, cp, bhcp,
                             n0 - N // 2, S, H, G, RD, N, CC, R, MB, True, False)
         else:
