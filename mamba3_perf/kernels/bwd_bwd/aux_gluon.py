@@ -555,15 +555,9 @@ def bwd_bwd_aux_gluon_kernel(
         elif CP == 2:
             dq_raw2 = warpgroup_mma(dph_j, st2_j.permute((1, 0)), gl.zeros([M, NB], gl.float32, MB),
                                     use_acc=False, is_async=True)
-        if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows formed again in
-            # the accumulator's layout from the boxes (moving qv over took 2 KB of scratch beside the
-            # walk's buffers, and with it the 75.8 KB that let three programs share an SM)
-            qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
-                                               QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
-            qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
-        elif ROT:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
+        if ROT and not BF16:  # the rotated block as its TF32 parts staged above left it: hi + lo is exact
             qr_b = qth_j.permute((1, 0)).load(MB) + qtl_j.permute((1, 0)).load(MB)
-        else:
+        elif not ROT:
             qr_b = q2_buf.index(slot).load(MB)
         cols = n0 + n_b
         if PR > M:
@@ -586,6 +580,13 @@ def bwd_bwd_aux_gluon_kernel(
         gl.store(DST_S + (bhc * N + cols[None, :]) * P + i_b[:, None], inc, mask=(i_b < P)[:, None])  # rows: p
         gl.store(DKS_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dks, mask=(i_b < VR)[:, None])
         dqf = dqr + dq_raw * ecs_b[:, None]  # dQ's rotated-domain rows of the block
+        if BF16 and ROT:  # bf16 parts do not sum to the rotated block: its fp32 rows formed again in
+            # the accumulator's layout from the boxes once the products are waited for (moving qv over
+            # took 2 KB of scratch beside the walk's buffers, and with it the third program per SM
+            # that stage42's 75800 B let in; formed before the wait, its parts spill more)
+            qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
+                                               QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
+            qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
         if FIN:
             if j % 2 == 0:
                 d1 = dqf
