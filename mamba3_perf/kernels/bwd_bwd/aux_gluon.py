@@ -587,6 +587,7 @@ def bwd_bwd_aux_gluon_kernel(
             qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
                                                QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
             qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
+        acc_cs += qr_b * dq_raw
         if FIN:
             if j % 2 == 0:
                 d1 = dqf
@@ -599,7 +600,6 @@ def bwd_bwd_aux_gluon_kernel(
                             n0 - N // 2, S, H, G, RD, N, CC, R, MB, True, False)
         else:
             gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < VR)[:, None])
-        acc_cs += qr_b * dq_raw
     release_ring(bar2)
     if ST1:
         release_ring(bar_st, 1)

@@ -206,6 +206,9 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
     dks_in = dks_buf.index(slot).load(MK)
     dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
+    # the sums first: ks, kr and dk then free for the finishing's registers
+    acc_rev += ks * dk
+    acc_fac += kr * dks
     if FIN:
         if j % 2 == 0:
             d1 = dks * ts[:, None]
@@ -218,8 +221,6 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
     else:
         gl.store(DKR_S + (bhc * (C * R) + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
                  mask=(i_k < CC * R)[:, None])
-    acc_rev += ks * dk
-    acc_fac += kr * dks
     return d1, acc_rev, acc_fac, acc
 
 
