@@ -6,6 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mamba3_perf.analysis.occupancy import occupancy
 from mamba3_perf.bench import prepare
 from mamba3_perf.kernels import get_case, make_inputs
 from mamba3_perf.kernels.bwd_bwd import common, stage37_bf16split
@@ -375,7 +376,8 @@ def test_stage42_is_stage41_on_the_interpreter():
 def test_stage43_finishes_dq_and_dk_in_the_gluon_kernels(compile_stage):
     """N128_P64_R4_C16 (C*R = 64: both Gluon kernels run and can rotate): stage43 launches the Gluon
     aux and state_terms rotating q / k (ROT) and finishing dQ and dK (FIN), and no post kernel;
-    the aux keeps stage42's cap and bf16 parts."""
+    the aux keeps stage42's cap and bf16 parts, and with them its three programs per SM: its shared
+    memory too (e432311's, at 77848 B, held two)."""
     mine = compile_stage("stage43_finish", 128, 64, 4, 16, "")
     theirs = compile_stage("stage42_precap", 128, 64, 4, 16, "")
     assert not any("post" in k for k in mine) and any("post" in k for k in theirs)
@@ -384,6 +386,9 @@ def test_stage43_finishes_dq_and_dk_in_the_gluon_kernels(compile_stage):
         assert (kw["ROT"], kw["FIN"], parent["ROT"], parent["FIN"]) == (True, True, False, False), k
         assert kw["BF16"] == parent["BF16"], k
     assert mine["bwd_bwd_aux_gluon_kernel"]["maxnreg"] == theirs["bwd_bwd_aux_gluon_kernel"]["maxnreg"] == 168
+    aux = mine["bwd_bwd_aux_gluon_kernel"]
+    assert aux["programs_per_sm_by_shared"] == theirs["bwd_bwd_aux_gluon_kernel"]["programs_per_sm_by_shared"] == 3
+    assert occupancy(aux["maxnreg"], 32 * aux["num_warps"], aux["shared"]).blocks_per_sm == 3
 
 
 @pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8)])

@@ -14,10 +14,12 @@ HBM pays more for bytes than the H100 those stages were judged on.
 
 Compiled for sm_90 (Triton 3.6, no device; ``benchmarks/ptxas_stage.py`` on a stage running
 these keywords), stage42 -> this stage on the seven official shapes where it applies: the aux,
-capped at 168 registers at P = 64, spills 84-180 B a thread instead of 16-52 (at P = 32 162 -> 228
-registers and no spills; at P = 128 255 registers and 108 B instead of 48); state_terms 156-157
--> 255 registers at P = 64 (three programs per SM -> two; 12 B of spills at R = 8), 125 -> 242 at
-P = 32, 231 -> 255 and 184 B of spills at P = 128; the pre kernel, which stores cos / sin instead
+capped at 168 registers at P = 64, at stage42's 75800 B of shared memory (three programs per SM
+by both counts; at e432311 a layout conversion's scratch took it to 77848 B, two programs) and
+84-268 B of spill stores a thread instead of 16-52 (records/ptxas-stage43-b6095e5.txt; at P = 32
+162 -> 228 registers and no spills; at P = 128 255 registers and 116 B instead of 48); state_terms 156-157
+-> 255 registers at P = 64 (three programs per SM -> two; 8 B of spills at R = 8), 125 -> 242 at
+P = 32, 231 -> 255 and 152 B of spills at P = 128; the pre kernel, which stores cos / sin instead
 of the rotated rows, 26-45 registers where it took 72-80 (80 where it took 56 at R = 1, C = 64); no
 post kernel.
 
