@@ -466,7 +466,7 @@ def bwd_bwd_aux_gluon_kernel(
                    row_k, row_st, 0, N, CP, not ST1)
     if ST1:
         _issue_states_alone(st_desc, bar_st.index(0), st_buf, row_st, 0, N, CP)
-    acc_cs = gl.zeros([M, NB], gl.float32, MB)
+    acc_cs = gl.zeros([M], gl.float32, gl.SliceLayout(1, MB))
     if FIN:
         d1 = gl.zeros([M, NB], gl.float32, MB)  # the pair's first-half dQ rows, until its partners come
     STEPS2: gl.constexpr = N // NB
@@ -587,7 +587,7 @@ def bwd_bwd_aux_gluon_kernel(
             qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
                                                QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
             qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
-        acc_cs += qr_b * dq_raw
+        acc_cs += gl.sum(qr_b * dq_raw, axis=1)
         if FIN:
             if j % 2 == 0:
                 d1 = dqf
@@ -603,7 +603,7 @@ def bwd_bwd_aux_gluon_kernel(
     release_ring(bar2)
     if ST1:
         release_ring(bar_st, 1)
-    ddacs = gl.sum(gl.reshape(gl.sum(acc_cs, axis=1), [MT, R]), axis=1)
+    ddacs = gl.sum(gl.reshape(acc_cs, [MT, R]), axis=1)
     tc = gl.arange(0, MT, layout=ddacs.type.layout)
     gl.store(DDACS + bh * S + c * C + tc, ddacs, mask=tc < CC)
 

@@ -207,8 +207,8 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
     dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
     # the sums first: ks, kr and dk then free for the finishing's registers
-    acc_rev += ks * dk
-    acc_fac += kr * dks
+    acc_rev += gl.sum(ks * dk, axis=1)
+    acc_fac += gl.sum(kr * dks, axis=1)
     if FIN:
         if j % 2 == 0:
             d1 = dks * ts[:, None]
@@ -348,8 +348,8 @@ def bwd_bwd_state_terms_gluon_kernel(
                         dks_buf, k, row_s, row_k, block_col(k, BNB, N, FIN), row_x, col0, hq, N, CP, ROT, STG)
 
     acc = gl.zeros([M, P], gl.float32, MP)
-    acc_rev = gl.zeros([M, BNB], gl.float32, MK)
-    acc_fac = gl.zeros([M, BNB], gl.float32, MK)
+    acc_rev = gl.zeros([M], gl.float32, gl.SliceLayout(1, MK))
+    acc_fac = gl.zeros([M], gl.float32, gl.SliceLayout(1, MK))
     # the dstates / states blocks' layout: ROW, or with TL lanes along P (a column's BNB rows split
     # over the warps)
     DSL: gl.constexpr = gl.BlockedLayout([BNB // num_warps, 1], [1, 32], [num_warps, 1], [1, 0]) if TL else ROW
@@ -472,8 +472,8 @@ def bwd_bwd_state_terms_gluon_kernel(
         gl.store(DMVP_S + ((bhc + 1) * R + r_m[:, None]) * P + p_m[None, :], dmv2)
 
     # the N sums, per step
-    ddacsrev = gl.sum(gl.reshape(gl.sum(acc_rev, axis=1), [MT, R]), axis=1)
-    dfac = gl.sum(gl.reshape(gl.sum(acc_fac, axis=1), [MT, R]), axis=1)
+    ddacsrev = gl.sum(gl.reshape(acc_rev, [MT, R]), axis=1)
+    dfac = gl.sum(gl.reshape(acc_fac, [MT, R]), axis=1)
     t_s = gl.arange(0, MT, layout=ddacsrev.type.layout)
     gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev, mask=t_s < CC)
     t_f = gl.arange(0, MT, layout=dfac.type.layout)
