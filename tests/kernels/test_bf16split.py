@@ -391,6 +391,22 @@ def test_stage43_finishes_dq_and_dk_in_the_gluon_kernels(compile_stage):
     assert occupancy(aux["maxnreg"], 32 * aux["num_warps"], aux["shared"]).blocks_per_sm == 3
 
 
+def test_stage43_caps_both_gluon_kernels_at_p32(compile_stage):
+    """N128_P32_R4_C16: where they finish at P = 32 (stage43_finish.CAP_MAX_P) both Gluon kernels run
+    at 168 registers, three programs per SM by registers and shared memory; at P = 64 state_terms
+    is capped only with the knob at 64 (the aux by stage39 either way)."""
+    gluon = ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel")
+    p32 = compile_stage("stage43_finish", 128, 32, 4, 16, "gluon")
+    for k in gluon:
+        assert p32[k]["maxnreg"] == 168, k
+        assert occupancy(168, 32 * p32[k]["num_warps"], p32[k]["shared"]).blocks_per_sm == 3, k
+    assert compile_stage("stage42_precap", 128, 32, 4, 16, "state_terms")["bwd_bwd_state_terms_gluon_kernel"]["maxnreg"] is None
+    p64 = compile_stage("stage43_finish", 128, 64, 4, 16, "state_terms")
+    capped = compile_stage("stage43_finish", 128, 64, 4, 16, "state_terms", knobs=["stage43_finish.CAP_MAX_P=64"])
+    assert p64["bwd_bwd_state_terms_gluon_kernel"]["maxnreg"] is None
+    assert capped["bwd_bwd_state_terms_gluon_kernel"]["maxnreg"] == 168
+
+
 @pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8)])
 def test_stage43_is_stage42_where_the_gluon_kernels_cannot_rotate(compile_stage, N, P, R, C):
     """Chunks of 32 rows (the streamed Triton aux at P = 64, the Gluon kernels on chunk pairs at P

@@ -49,11 +49,13 @@ def uses_gluon(x: dict, meta) -> bool:
 
 
 def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_layouts: bool = False,
-             pipeline: bool = False, terms_ring: int | None = None, **kw) -> None:
+             pipeline: bool = False, terms_ring: int | None = None, terms_maxnreg: int | None = None,
+             **kw) -> None:
     """stage23's pipeline; ``chunk_pairs``, ``transpose_layouts``, ``pipeline``: the Gluon
     state_terms' launch keywords (stage31, stage32; ``pipeline`` is terms_gluon.PIPELINE's, which no
     stage takes: within the run's spread on an H100); ``terms_ring``: its TMA ring's slots
-    (launch_state_terms' ``ring``; stage40); ``kw``: more stage22_lkqblock.run_with keywords
+    (launch_state_terms' ``ring``; stage40); ``terms_maxnreg``: its registers a thread
+    (launch_state_terms' ``maxnreg``; stage43); ``kw``: more stage22_lkqblock.run_with keywords
     (stage24)."""
     terms = None
     if uses_gluon(x, meta):
@@ -62,6 +64,8 @@ def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_l
                                         ("pipeline", pipeline)) if on}
         if terms_ring is not None:
             launch["ring"] = terms_ring
+        if terms_maxnreg is not None:
+            launch["maxnreg"] = terms_maxnreg
         if launch:
             terms = functools.partial(terms, **launch)
     stage22_lkqblock.run_with(x, out, meta, state_terms=terms, **kw)

@@ -64,13 +64,19 @@ AUX_MAXNREG: int = 168
 AUX_REGS_P: int = 64
 
 
+def aux_bf16_parts(x: dict) -> bool:
+    """Whether the Gluon aux takes bf16 parts for ``x`` (its knob aux_gluon.BF16, bf16 cached
+    states, the bf16 split: stage37_bf16split.splits_bf16), where a cap of :data:`AUX_MAXNREG`
+    spills tens of bytes, not the TF32 parts' hundreds."""
+    return (getattr(stage24_gluonaux.aux_gluon, "BF16", False)
+            and x["states"].dtype == torch.bfloat16 and stage37_bf16split.splits_bf16(x))
+
+
 def changes(x: dict, meta) -> bool:
     """Whether this stage launches anything other than stage38's kernels for ``x`` and ``meta``:
-    P = :data:`AUX_REGS_P`, one chunk of C*R = 64 rows a Gluon aux program, its bf16 parts (its
-    knob aux_gluon.BF16, bf16 cached states, the bf16 split: stage37_bf16split.splits_bf16)."""
-    return (AUX_REGS and meta.P == AUX_REGS_P and meta.C * meta.R == WG_ROWS
-            and getattr(stage24_gluonaux.aux_gluon, "BF16", False)
-            and x["states"].dtype == torch.bfloat16 and stage37_bf16split.splits_bf16(x))
+    P = :data:`AUX_REGS_P`, one chunk of C*R = 64 rows a Gluon aux program, its bf16 parts
+    (:func:`aux_bf16_parts`)."""
+    return AUX_REGS and meta.P == AUX_REGS_P and meta.C * meta.R == WG_ROWS and aux_bf16_parts(x)
 
 
 def keywords(x: dict, meta) -> dict:

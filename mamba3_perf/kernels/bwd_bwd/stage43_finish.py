@@ -23,6 +23,9 @@ P = 32, 231 -> 255 and 152 B of spills at P = 128; the pre kernel, which stores 
 of the rotated rows, 26-45 registers where it took 72-80 (80 where it took 56 at R = 1, C = 64); no
 post kernel.
 
+At P = 32 (:data:`CAP_MAX_P`) both Gluon kernels run at stage39's 168 registers a thread, three
+programs per SM where uncapped they took two (the aux 52 B of spill stores, state_terms none).
+
 Where (:func:`changes`): where stage27 rotates inline (both Gluon kernels run and can rotate their
 blocks: C*R = 64, N >= 64, 16-bit inputs; seven of the eleven official shapes), on a Hopper GPU;
 elsewhere, on other GPUs and on the interpreter, this stage is stage42 (its outputs are stage42's
@@ -30,11 +33,21 @@ bit for bit). Not yet measured on a device: neither golden-checked nor timed.
 """
 from __future__ import annotations
 
-from mamba3_perf.kernels.bwd_bwd import stage27_rotinline, stage34_poststeps, stage38_bf16aux, stage42_precap
+from mamba3_perf.kernels.bwd_bwd import (
+    stage27_rotinline, stage34_poststeps, stage38_bf16aux, stage39_auxregs, stage42_precap,
+)
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 # knob (benchmarks/sweep_knob.py --knob stage43_finish.FINISH=0,1): 0 runs stage42
 FINISH: bool = True
+
+# knob: both Gluon kernels at stage39's 168 registers a thread (three programs of 128 threads per
+# SM) where they finish at P <= this, on bf16 parts. At P = 32 they take 228 (the aux) and 178
+# (state_terms) uncapped, two programs per SM each, and at 168 spill 52 B and none (ptxas, sm_90,
+# N128_P32_R4_C16; their shared memory, 68.6 and 34.8 KB, holds three); at P = 64 the aux is
+# capped already (stage39) and state_terms, at 226-238 registers, spills 104-140 B at 168: 64
+# caps it there too, what the device sweep of this knob measures (32, 64)
+CAP_MAX_P: int = 32
 
 
 def changes(x: dict, meta) -> bool:
@@ -46,8 +59,11 @@ def changes(x: dict, meta) -> bool:
 
 def keywords(x: dict, meta) -> dict:
     """This stage's stage38_bf16aux.run_with keywords: stage42's, and where :func:`changes` the
-    rotation inline (stage27), dK finished in state_terms (stage28) and dQ in the aux (stage29)."""
+    rotation inline (stage27), dK finished in state_terms (stage28) and dQ in the aux (stage29),
+    both Gluon kernels capped at P <= :data:`CAP_MAX_P` on bf16 parts."""
     own = dict(rot_inline=True, finish_dk=True, finish_dq=True) if changes(x, meta) else {}
+    if own and meta.P <= CAP_MAX_P and stage39_auxregs.aux_bf16_parts(x):
+        own.update(aux_maxnreg=stage39_auxregs.AUX_MAXNREG, terms_maxnreg=stage39_auxregs.AUX_MAXNREG)
     return {**stage42_precap.keywords(x, meta), **own}
 
 

@@ -592,7 +592,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
                        dangles_started: bool = False, chunk_pairs: bool | None = None,
                        transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
                        pipeline: bool | None = None, states_global: bool | None = None, ring: int | None = None,
-                       **_ignored) -> None:
+                       maxnreg: int | None = None, **_ignored) -> None:
     """stage6_statepass.launch_state_terms' signature (its tile and launch keywords do not
     apply: this kernel's are fixed); PsiV always from the inputs, the N sums always late.
     ``rot_inline``: the rotated k rows from the 16-bit input, the bias and the pre kernel's cos /
@@ -604,8 +604,9 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default); ``pipeline``: the
     kernel's PIPE (:data:`PIPELINE`, the default); ``states_global``: its STG, one chunk a
     program without PIPE only (default: :data:`STATES_GLOBAL` where that holds); ``ring``: the
-    slots of its TMA ring without PIPE (:data:`TERMS_RING`, the default). :data:`MAXNREG` caps its
-    registers per thread."""
+    slots of its TMA ring without PIPE (:data:`TERMS_RING`, the default); ``maxnreg``: registers
+    per thread (:data:`MAXNREG`, the default; None: ptxas's choice)."""
+    regs = MAXNREG if maxnreg is None else maxnreg
     bnb = block_rows(meta)
     cp = chunks_per_program(meta, chunk_pairs)
     pipe = bool(PIPELINE if pipeline is None else pipeline)
@@ -641,5 +642,5 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         ADD_DANG=dangles_started, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
         PIPE=pipe, RING=slots, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
-        **({"maxnreg": MAXNREG} if MAXNREG else {}),
+        **({"maxnreg": regs} if regs else {}),
     )
