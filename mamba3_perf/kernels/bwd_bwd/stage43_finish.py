@@ -12,19 +12,20 @@ an H100 (the rotation and the finishing cost the Gluon kernels registers they di
 then stages 37-42 put the Gluon kernels on bf16 parts and capped registers, and the H200's wider
 HBM pays more for bytes than the H100 those stages were judged on.
 
-Compiled for sm_90 (Triton 3.6, no device; ``benchmarks/ptxas_stage.py`` on a stage running
-these keywords), stage42 -> this stage on the seven official shapes where it applies: the aux,
-capped at 168 registers at P = 64, at stage42's 75800 B of shared memory (three programs per SM
-by both counts; at e432311 a layout conversion's scratch took it to 77848 B, two programs) and
-84-268 B of spill stores a thread instead of 16-52 (records/ptxas-stage43-b6095e5.txt; at P = 32
-162 -> 228 registers and no spills; at P = 128 255 registers and 116 B instead of 48); state_terms 156-157
--> 255 registers at P = 64 (three programs per SM -> two; 8 B of spills at R = 8), 125 -> 242 at
-P = 32, 231 -> 255 and 152 B of spills at P = 128; the pre kernel, which stores cos / sin instead
-of the rotated rows, 26-45 registers where it took 72-80 (80 where it took 56 at R = 1, C = 64); no
-post kernel.
+Compiled for sm_90 (Triton 3.6, no device; ``benchmarks/ptxas_stage.py`` on both stages,
+records/ptxas-stage43-840522c.txt), stage42 -> this stage on the seven official shapes where it
+applies: the aux, capped at 168 registers at P <= 64, at stage42's shared memory (75800 B at P =
+64: three programs per SM by both counts; at e432311 a layout conversion's scratch took it to
+77848 B, two programs), 44-128 B of spill stores a thread instead of 28-52 (at P = 32 52 B where
+stage42's ran uncapped at 162 registers; at P = 128 255 registers and 116 B instead of 48);
+state_terms 133-139 -> 226-255 registers at P = 64 (three programs per SM -> two; at 168, with
+the knob :data:`CAP_MAX_P` at 64, 104-140 B of spills), 96 -> 168 and no spills at P = 32 (five
+programs per SM -> three), 212 -> 255 and 64 B of spills at P = 128; the pre kernel, which stores
+cos / sin instead of the rotated rows, 26-45 registers where it took 72-80 (80 where it took 56 at
+R = 1, C = 64); no post kernel.
 
-At P = 32 (:data:`CAP_MAX_P`) both Gluon kernels run at stage39's 168 registers a thread, three
-programs per SM where uncapped they took two (the aux 52 B of spill stores, state_terms none).
+At P <= :data:`CAP_MAX_P` (32) both Gluon kernels run at stage39's 168 registers a thread, three
+programs per SM where uncapped they took 228 and 178, two.
 
 Where (:func:`changes`): where stage27 rotates inline (both Gluon kernels run and can rotate their
 blocks: C*R = 64, N >= 64, 16-bit inputs; seven of the eleven official shapes), on a Hopper GPU;
