@@ -1,5 +1,6 @@
 """Compile every kernel one stage launches for sm_90 on a machine without a GPU, and print what
-ptxas reports per kernel: shared memory, registers per thread, spill bytes, compile seconds.
+ptxas reports per kernel: shared memory, registers per thread, spill bytes, compile seconds, and
+the programs per SM those allow (by registers and shared memory, analysis.occupancy).
 
     python benchmarks/ptxas_stage.py prod 64 64 4 16            # STAGE N P R C
     python benchmarks/ptxas_stage.py stage0 32 64 4 16 --prec ieee --warps 4
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -32,6 +34,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # real JITFunctions: their launches ar
 import triton  # noqa: E402
 
 from mamba3_perf.analysis.banks import BANK_FIELDS, compile_with_accesses, summary  # noqa: E402
+from mamba3_perf.analysis.occupancy import occupancy  # noqa: E402
 from mamba3_perf.kernels.codegen import capture_launches, compile_launch  # noqa: E402
 from mamba3_perf.kernels.knobs import single_knobs  # noqa: E402
 from mamba3_perf.reports.console import static_listing_tables  # noqa: E402
@@ -64,12 +67,23 @@ def ptxas_report(fn, args: tuple, kwargs: dict, *, prec: str | None, warps: int 
                       if "Used" in line or "spill" in line)
     report = (f"{fn.__name__:30s} warps={opts['num_warps']} stages={opts['num_stages']} "
               + (f"maxnreg={opts['maxnreg']} " if opts.get("maxnreg") else "")
-              + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info}")
+              + f"smem={k.metadata.shared} B {time.time() - t0:.0f}s | {info} | {residency(res.stderr, opts, k)}")
     if sass:  # the tables `perf sass` prints for a listing
         report += "\n" + static_listing_tables(listing, title=fn.__name__)
     if banks:
         report += "\n" + banks_table(accesses)
     return report
+
+
+def residency(ptxas_log: str, opts: dict, k) -> str:
+    """Programs of the kernel per H200 SM by its registers (ptxas's count) and shared memory, and
+    the resource that stops one more (analysis.occupancy): '3 programs/SM (registers)'. Shared
+    memory counts too: a kernel under its register cap can still fit fewer programs by it."""
+    used = re.search(r"Used (\d+) registers", ptxas_log)
+    if not used:
+        return "programs/SM: ? (no register count)"
+    occ = occupancy(int(used.group(1)), 32 * opts["num_warps"], k.metadata.shared)
+    return f"{occ.blocks_per_sm} programs/SM ({occ.limiter})"
 
 
 def banks_table(accesses) -> str:

@@ -322,6 +322,24 @@ def test_sweep_knob_exits_on_a_bad_knob(monkeypatch):
         mod["parse_knobs"](["nomodule.X=1"])
 
 
+def test_ptxas_stage_counts_programs_per_sm_by_shared_memory_too(monkeypatch):
+    """benchmarks/ptxas_stage.py's report line ends with the programs per SM a kernel's registers and
+    shared memory allow: at its cap of 168 registers (three programs of 128 threads by registers)
+    stage43's aux held two at e432311's 77848 B of shared memory, three at 75800 B."""
+    import runpy
+    from types import SimpleNamespace
+
+    if "TRITON_INTERPRET" in os.environ:  # the script drops it for real compiles: restored after the test
+        monkeypatch.setenv("TRITON_INTERPRET", os.environ["TRITON_INTERPRET"])
+    mod = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "ptxas_stage.py"))
+    log = "ptxas info    : Used 168 registers, used 1 barriers, 40 bytes cumulative stack size"
+    kernel = SimpleNamespace(metadata=SimpleNamespace(shared=77848))
+    assert mod["residency"](log, {"num_warps": 4}, kernel) == "2 programs/SM (shared_mem)"
+    kernel.metadata.shared = 75800
+    assert mod["residency"](log, {"num_warps": 4}, kernel) == "3 programs/SM (registers)"
+    assert mod["residency"]("ptxas info    : 0 bytes stack frame", {"num_warps": 4}, kernel).endswith("(no register count)")
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="counts through the Triton interpreter")
 def test_sweep_knob_traffic_counts_each_combination_per_kernel(monkeypatch, tmp_path):
     """--traffic: per (case, combination, kernel) the bytes analysis.traffic counts, in one record
