@@ -39,7 +39,7 @@ from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.common import SPLIT_BF16X3, dot_precision
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
     WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring,
-    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, split_format, split_parts,
+    ring_barriers, rotary_partner_col, rotate, rotated_rows, rotation_parts, row_blocks, split_format, split_parts,
     tma_load,
 )
 
@@ -586,7 +586,7 @@ def bwd_bwd_aux_gluon_kernel(
             # that stage42's 75800 B let in; formed before the wait, its parts spill more)
             qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
                                                QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
-            qr_b = qcs * qx + gl.where((n0 + n_b >= N // 2)[None, :], qsn, -qsn) * qxp
+            qr_b = rotate(qx, qxp, qcs, qsn, n0, N, MB)
         acc_cs += gl.sum(qr_b * dq_raw, axis=1)
         if FIN:
             if j % 2 == 0:

@@ -117,14 +117,20 @@ def rotation_parts(own, par, BIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N: gl.co
 
 
 @gluon.jit
+def rotate(x, xp, cs, sn, n0, N: gl.constexpr, L: gl.constexpr):
+    """The rotated rows of a block at columns [n0, n0 + NB) from :func:`rotation_parts`' x, xp,
+    cos, sin in layout L, as the pre kernels form them: xr_n = cos x_n - sin x_{n + N/2} in the
+    first half, cos x_n + sin x_{n - N/2} in the second; x itself where j >= RD."""
+    n = n0 + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, L))
+    return cs * x + gl.where((n >= N // 2)[None, :], sn, -sn) * xp
+
+
+@gluon.jit
 def rotated_rows(own, par, BIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr,
                  R: gl.constexpr, L: gl.constexpr):
-    """The rotated rows of :func:`rotation_parts`' block, as the pre kernels form them: xr_n =
-    cos x_n - sin x_{n + N/2} in the first half, cos x_n + sin x_{n - N/2} in the second; x
-    itself where j >= RD."""
+    """The rotated rows (:func:`rotate`) of :func:`rotation_parts`' block."""
     x, xp, cs, sn = rotation_parts(own, par, BIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, L)
-    n = n0 + gl.arange(0, own.shape[1], layout=gl.SliceLayout(0, L))
-    return cs * x + gl.where((n >= N // 2)[None, :], sn, -sn) * xp
+    return rotate(x, xp, cs, sn, n0, N, L)
 
 
 @gluon.jit
