@@ -430,3 +430,53 @@ def test_stage43_is_stage42_on_the_interpreter():
     """Off Hopper GPUs (the Gluon kernels, which rotate and finish, run only there) stage43 launches
     stage42's kernels: the same outputs bit for bit on a shape where it finishes on a GPU."""
     _assert_same_outputs("stage43_finish", "stage42_precap", "small-N128_P64_R4_C16")
+
+
+@pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8)])
+def test_stage44_finishes_on_chunk_pairs(compile_stage, N, P, R, C):
+    """Chunks of 32 rows (where stage43 is stage42): stage44 runs both Gluon kernels on two chunks
+    a program (CP = 2) rotating q / k and finishing dQ / dK, on bf16 parts, and no post kernel; at
+    P = 64 the Gluon aux where stage43 runs the streamed Triton aux and its wave pass; two
+    programs of each Gluon kernel per SM by shared memory."""
+    mine = compile_stage("stage44_pairfinish", N, P, R, C, "")
+    theirs = compile_stage("stage43_finish", N, P, R, C, "")
+    assert not any("post" in k for k in mine) and any("post" in k for k in theirs)
+    assert ("bwd_bwd_aux_gluon_kernel" in theirs) is (P == 128)
+    for k in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
+        kw = mine[k]["keywords"]
+        assert (kw["ROT"], kw["FIN"], kw["CP"], kw["BF16"]) == (True, True, 2, True), k
+        assert mine[k]["programs_per_sm_by_shared"] >= 2, (k, mine[k]["shared"])
+    aux = mine["bwd_bwd_aux_gluon_kernel"]["keywords"]
+    assert aux["STB"] is True and aux["ST1"] is (P == 128)  # the states slots: 1 at P = 128 (stage38), 2 at 64
+
+
+def test_stage44_is_stage43_where_a_chunk_fills_the_rows(compile_stage):
+    """C*R = 64 (N128_P64_R4_C16): stage43 finishes there already; stage44 launches its kernels."""
+    assert compile_stage("stage44_pairfinish", 128, 64, 4, 16, "") == compile_stage("stage43_finish", 128, 64, 4, 16, "")
+
+
+@pytest.mark.parametrize("case_id,finishes", [
+    ("N256_P64_R4_C8", True), ("N128_P128_R4_C8", True),  # C*R = 32, N >= 64
+    ("N16_P64_R4_C8", False),  # no whole 32-column block of the aux's first walk
+    ("N128_P64_R4_C16", False),  # C*R = 64: stage43's
+])
+def test_stage44_rule_on_hopper(plan_on_hopper, case_id, finishes):
+    """With a Hopper GPU assumed: stage44 rotates and finishes in pairs on the C*R = 32 shapes
+    whose N walks can rotate, on stage38's bf16 path at P = 64; elsewhere, and with its knob off,
+    its keywords are stage43's."""
+    from mamba3_perf.kernels.bwd_bwd import stage43_finish, stage44_pairfinish
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    mine, theirs = plan_on_hopper(stage44_pairfinish.keywords, stage43_finish.keywords, case_id)
+    own = dict(aux_pairs=True, rot_inline=True, finish_dk=True, finish_dq=True)
+    if case_id == "N256_P64_R4_C8":
+        own.update(states_operand=True, bf16_pairs=True, states_slots=stage44_pairfinish.STATES_SLOTS)
+    assert mine == ({**theirs, **own} if finishes else theirs)
+    with single_knobs(["stage44_pairfinish.PAIRS=0"]):
+        assert plan_on_hopper(stage44_pairfinish.keywords, stage43_finish.keywords, case_id)[0] == theirs
+
+
+def test_stage44_is_stage43_on_the_interpreter():
+    """Off Hopper GPUs stage44 launches stage43's kernels: the same outputs bit for bit on a shape
+    where it finishes in pairs on a GPU."""
+    _assert_same_outputs("stage44_pairfinish", "stage43_finish", "small-N256_P64_R4_C8")
