@@ -432,51 +432,23 @@ def test_stage43_is_stage42_on_the_interpreter():
     _assert_same_outputs("stage43_finish", "stage42_precap", "small-N128_P64_R4_C16")
 
 
-@pytest.mark.parametrize("N,P,R,C", [(256, 64, 4, 8), (128, 128, 4, 8)])
-def test_stage44_finishes_on_chunk_pairs(compile_stage, N, P, R, C):
-    """Chunks of 32 rows (where stage43 is stage42): stage44 runs both Gluon kernels on two chunks
-    a program (CP = 2) rotating q / k and finishing dQ / dK, on bf16 parts, and no post kernel; at
-    P = 64 the Gluon aux where stage43 runs the streamed Triton aux and its wave pass; two
-    programs of each Gluon kernel per SM by shared memory."""
-    mine = compile_stage("stage44_pairfinish", N, P, R, C, "")
-    theirs = compile_stage("stage43_finish", N, P, R, C, "")
-    assert not any("post" in k for k in mine) and any("post" in k for k in theirs)
-    assert ("bwd_bwd_aux_gluon_kernel" in theirs) is (P == 128)
-    for k in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
-        kw = mine[k]["keywords"]
-        assert (kw["ROT"], kw["FIN"], kw["CP"], kw["BF16"]) == (True, True, 2, True), k
-        assert mine[k]["programs_per_sm_by_shared"] >= 2, (k, mine[k]["shared"])
-    aux = mine["bwd_bwd_aux_gluon_kernel"]["keywords"]
-    assert aux["STB"] is True and aux["ST1"] is (P == 128)  # the states slots: 1 at P = 128 (stage38), 2 at 64
-
-
-def test_stage44_is_stage43_where_a_chunk_fills_the_rows(compile_stage):
-    """C*R = 64 (N128_P64_R4_C16): stage43 finishes there already; stage44 launches its kernels."""
-    assert compile_stage("stage44_pairfinish", 128, 64, 4, 16, "") == compile_stage("stage43_finish", 128, 64, 4, 16, "")
-
-
 @pytest.mark.parametrize("case_id,finishes", [
-    ("N256_P64_R4_C8", True), ("N128_P128_R4_C8", True),  # C*R = 32, N >= 64
-    ("N16_P64_R4_C8", False),  # no whole 32-column block of the aux's first walk
-    ("N128_P64_R4_C16", False),  # C*R = 64: stage43's
+    ("N128_P64_R4_C16", True), ("N128_P32_R4_C16", True), ("N128_P64_R2_C32", True), ("N128_P64_R1_C64", True),
+    ("N64_P64_R4_C16", False), ("N64_P128_R4_C16", False),  # N < MIN_N: measured slower on an H100
+    ("N128_P64_R8_C8", False),  # R > MAX_R: measured slower
+    ("N256_P64_R4_C8", False),  # chunks of 32 rows: the Gluon kernels in pairs do not rotate here
 ])
-def test_stage44_rule_on_hopper(plan_on_hopper, case_id, finishes):
-    """With a Hopper GPU assumed: stage44 rotates and finishes in pairs on the C*R = 32 shapes
-    whose N walks can rotate, on stage38's bf16 path at P = 64; elsewhere, and with its knob off,
-    its keywords are stage43's."""
-    from mamba3_perf.kernels.bwd_bwd import stage43_finish, stage44_pairfinish
+def test_stage43_rule_on_hopper(plan_on_hopper, case_id, finishes):
+    """With a Hopper GPU assumed: stage43 finishes in the Gluon kernels on the shapes where it
+    measured faster than stage42 (N >= 128, R <= 4) and they can rotate; elsewhere its keywords
+    are stage42's, and with its bounds lifted it finishes at N = 64 and R = 8 too."""
+    from mamba3_perf.kernels.bwd_bwd import stage42_precap, stage43_finish
     from mamba3_perf.kernels.knobs import single_knobs
 
-    mine, theirs = plan_on_hopper(stage44_pairfinish.keywords, stage43_finish.keywords, case_id)
-    own = dict(aux_pairs=True, rot_inline=True, finish_dk=True, finish_dq=True)
-    if case_id == "N256_P64_R4_C8":
-        own.update(states_operand=True, bf16_pairs=True, states_slots=stage44_pairfinish.STATES_SLOTS)
-    assert mine == ({**theirs, **own} if finishes else theirs)
-    with single_knobs(["stage44_pairfinish.PAIRS=0"]):
-        assert plan_on_hopper(stage44_pairfinish.keywords, stage43_finish.keywords, case_id)[0] == theirs
-
-
-def test_stage44_is_stage43_on_the_interpreter():
-    """Off Hopper GPUs stage44 launches stage43's kernels: the same outputs bit for bit on a shape
-    where it finishes in pairs on a GPU."""
-    _assert_same_outputs("stage44_pairfinish", "stage43_finish", "small-N256_P64_R4_C8")
+    mine, theirs = plan_on_hopper(stage43_finish.keywords, stage42_precap.keywords, case_id)
+    assert (mine != theirs) is finishes
+    if finishes:
+        assert mine["rot_inline"] and mine["finish_dk"] and mine["finish_dq"], mine
+    with single_knobs(["stage43_finish.MIN_N=none", "stage43_finish.MAX_R=none"]):
+        lifted = plan_on_hopper(stage43_finish.keywords, stage42_precap.keywords, case_id)[0]
+    assert ("rot_inline" in lifted) is (case_id != "N256_P64_R4_C8")

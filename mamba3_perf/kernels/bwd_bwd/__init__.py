@@ -42,4 +42,3 @@ from mamba3_perf.kernels.bwd_bwd import stage40_termsring  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage41_streamregs  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage42_precap  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage43_finish  # noqa: F401
-from mamba3_perf.kernels.bwd_bwd import stage44_pairfinish  # noqa: F401

@@ -31,14 +31,11 @@ from mamba3_perf.kernels.bwd_bwd import stage23_gluonterms, stage24_gluonaux, st
 from mamba3_perf.kernels.registry import StageSpec, register_stage
 
 
-def rotates_inline(x: dict, meta, chunk_pairs: bool | None = None) -> bool:
+def rotates_inline(x: dict, meta) -> bool:
     """Whether the Gluon aux and state_terms both run for ``x`` and ``meta`` (stage26's rule for
     the aux) and can rotate their blocks (module docstring), and TMA can read q / k where they
-    lie (a 16-byte aligned start: a contiguous view into a larger buffer may not have one).
-    ``chunk_pairs``: the aux's (stage24_gluonaux.uses_gluon_aux's; True: C*R = 32 in pairs too,
-    stage44)."""
-    return (stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True, chunk_pairs=chunk_pairs)
-            and stage23_gluonterms.uses_gluon(x, meta)
+    lie (a 16-byte aligned start: a contiguous view into a larger buffer may not have one)."""
+    return (stage24_gluonaux.uses_gluon_aux(x, meta, wide_p=True) and stage23_gluonterms.uses_gluon(x, meta)
             and stage24_gluonaux.aux_gluon.supports_rotation(meta)
             and stage23_gluonterms.terms_gluon.supports_rotation(meta)
             and all(x[n].data_ptr() % 16 == 0 for n in ("q", "k")))

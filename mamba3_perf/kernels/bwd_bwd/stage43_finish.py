@@ -51,11 +51,26 @@ FINISH: bool = True
 CAP_MAX_P: int = 32
 
 
+# knobs: the shapes where it finishes, N >= MIN_N and R <= MAX_R (none: no bound). Measured on an
+# H100 side by side with stage42 (records/h100-finish-pairfinish-vs-tilelang-13cac0a.json):
+# faster at N = 128 with R <= 2 or P = 32 (1.048x-1.073x), even at N128_P64_R4_C16 (1.002x), slower
+# at N = 64 (0.965x at P = 64, 0.983x at P = 128) and at R = 8 (0.947x)
+MIN_N: int | None = 128
+MAX_R: int | None = 4
+
+
+def finishes(meta) -> bool:
+    """Whether ``meta``'s shape is one this stage finishes on where it can (:data:`MIN_N`,
+    :data:`MAX_R`)."""
+    return (MIN_N is None or meta.N >= MIN_N) and (MAX_R is None or meta.R <= MAX_R)
+
+
 def changes(x: dict, meta) -> bool:
     """Whether this stage launches anything other than stage42's kernels for ``x`` and ``meta``:
-    where stage27 rotates q / k inline (stage27_rotinline.rotates_inline: the Gluon aux and
-    state_terms both run, which only a Hopper GPU does, and can rotate their blocks)."""
-    return FINISH and stage27_rotinline.rotates_inline(x, meta)
+    on the shapes it :func:`finishes` on, where stage27 rotates q / k inline
+    (stage27_rotinline.rotates_inline: the Gluon aux and state_terms both run, which only a Hopper
+    GPU does, and can rotate their blocks)."""
+    return FINISH and finishes(meta) and stage27_rotinline.rotates_inline(x, meta)
 
 
 def keywords(x: dict, meta) -> dict:
