@@ -27,10 +27,18 @@ R = 1, C = 64); no post kernel.
 At P <= :data:`CAP_MAX_P` (32) both Gluon kernels run at stage39's 168 registers a thread, three
 programs per SM where uncapped they took 228 and 178, two.
 
-Where (:func:`changes`): where stage27 rotates inline (both Gluon kernels run and can rotate their
-blocks: C*R = 64, N >= 64, 16-bit inputs; seven of the eleven official shapes), on a Hopper GPU;
-elsewhere, on other GPUs and on the interpreter, this stage is stage42 (its outputs are stage42's
-bit for bit). Not yet measured on a device: neither golden-checked nor timed.
+Measured on an H100 side by side with stage42 and TileLang where it finished on all seven shapes
+stage27 rotates on (records/h100-finish-pairfinish-vs-tilelang-13cac0a.json; golden 132/132 on the
+official grid, 14/14 on the hopper set): N128_P32_R4_C16 1897 -> 1768 us (1.073x), N128_P64_R2_C32
+1.059x, N128_P64_R1_C64 1.048x, N128_P64_R4_C16 1.002x; slower at N = 64 (N64_P64_R4_C16 0.965x,
+N64_P128_R4_C16 0.983x) and at R = 8 (N128_P64_R8_C8 0.947x), where state_terms' two programs per
+SM and the aux's spills cost more than the bytes saved.
+
+Where (:func:`changes`): at N >= :data:`MIN_N` and R <= :data:`MAX_R` (:func:`finishes`: where
+it measured as fast or faster) where stage27 rotates inline (both Gluon kernels run and can rotate
+their blocks: C*R = 64, N >= 64, 16-bit inputs), on a Hopper GPU: four of the eleven official
+shapes; elsewhere, on other GPUs and on the interpreter, this stage is stage42 (its outputs are
+stage42's bit for bit). Not yet run on an H200.
 """
 from __future__ import annotations
 
