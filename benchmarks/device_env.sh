@@ -22,6 +22,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > "${OUT:-/tmp}/nvidia-smi.csv" && cat "${OUT:-/tmp}/nvidia-smi.csv"
 fi
+# ijson (the trace parsers', so sweep_knob.py's per-kernel times'): the device's Python has none
+# and nothing there can install one; .scratch/pylib may carry a copy of the package (cp -r of a local
+# install: its C backend does not load under another Python, its pure-Python one does)
+if ! python3 -c "import ijson" 2>/dev/null && [ -d .scratch/pylib/ijson ]; then
+  export PYTHONPATH=$PYTHONPATH:$PWD/.scratch/pylib
+fi
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 TL_CACHE_HIT=0
 if [ -f .scratch/tlcache.tar.xz ]; then

@@ -55,7 +55,8 @@ FINISH: bool = True
 # (state_terms) uncapped, two programs per SM each, and at 168 spill 52 B and none (ptxas, sm_90,
 # N128_P32_R4_C16; their shared memory, 68.6 and 34.8 KB, holds three); at P = 64 the aux is
 # capped already (stage39) and state_terms, at 226-238 registers, spills 104-140 B at 168: 64
-# caps it there too, what the device sweep of this knob measures (32, 64)
+# caps it there too: measured slower on an H100 (N128_P64_R8_C8 with MIN_N / MAX_R lifted: state_terms
+# 1664 -> 1929 us, the call 4926 -> 5197; records/h100-sweep-finish-capmaxp-r8-09b8e52.json)
 CAP_MAX_P: int = 32
 
 
