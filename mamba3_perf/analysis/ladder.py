@@ -42,7 +42,7 @@ LADDER: tuple[str, ...] = ("stage0", "stage1_pre", "stage2_aux", "stage3_rankfol
                            "stage31_chunkpairs", "stage32_banks", "stage33_chunksum", "stage34_poststeps",
                            "stage37_bf16split", "stage38_bf16aux", "stage39_auxregs",
                            "stage40_termsring", "stage41_streamregs", "stage42_precap",
-                           "stage43_finish")
+                           "stage43_finish", "stage45_diagfold")
 BASELINE_VARIANT = "stage0"
 TILELANG = "tilelang"
 SHAPE_KEY: tuple[str, ...] = ("B", "S", "H", "G", "N", "P", "R", "C", "dtype")

@@ -184,6 +184,7 @@ STAGE_BUFFERS["stage41_streamregs"] = STAGE_BUFFERS["stage34_poststeps"]
 STAGE_BUFFERS["stage42_precap"] = STAGE_BUFFERS["stage34_poststeps"]
 # stage43's Gluon kernels hold a pair's dQ / dK rows within their tiles, as stage28-29's do: stage42's buffers
 STAGE_BUFFERS["stage43_finish"] = STAGE_BUFFERS["stage42_precap"]
+STAGE_BUFFERS["stage45_diagfold"] = STAGE_BUFFERS["stage43_finish"]
 # The N-blocked scan splits N into blocks of NBLOCK_BN only when N*P exceeds this.
 NBLOCK_THRESHOLD = 8192
 NBLOCK_BN = 64

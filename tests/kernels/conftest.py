@@ -148,3 +148,18 @@ def plan_on_hopper(monkeypatch, case_meta):
         x = prepare(small, device="cpu")
         return plan(x, meta), parent_plan(x, meta)
     return run
+
+
+@pytest.fixture
+def same_outputs():
+    """Assert that stage ``stage`` and stage ``other`` give the same outputs bit for bit on
+    ``case_id`` (bf16 cached states): a stage that is its parent where its change does not apply."""
+    from mamba3_perf.kernels.checking import run_stage
+
+    def check(stage: str, other: str, case_id: str) -> None:
+        c = get_case(case_id)
+        x = make_inputs(c, states_dtype=torch.bfloat16)
+        mine, theirs = run_stage(stage, x, c), run_stage(other, x, c)
+        for k, v in mine.items():
+            assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
+    return check

@@ -97,21 +97,10 @@ def test_dropping_the_low_passes_fails(cuda_precisions, monkeypatch):
     assert {"DSSDA", "DFACTOR"} <= {r.gradient for r in rows if not r.passed}
 
 
-def _assert_same_outputs(stage: str, other: str, case_id: str) -> None:
-    """``stage`` and ``other`` give the same outputs bit for bit on ``case_id`` (bf16 cached states)."""
-    from mamba3_perf.kernels.checking import run_stage
-
-    c = get_case(case_id)
-    x = make_inputs(c, states_dtype=torch.bfloat16)
-    mine, theirs = run_stage(stage, x, c), run_stage(other, x, c)
-    for k, v in mine.items():
-        assert (v is None and theirs[k] is None) or torch.equal(v, theirs[k]), k
-
-
-def test_the_interpreter_runs_stage34s_arithmetic():
+def test_the_interpreter_runs_stage34s_arithmetic(same_outputs):
     """Without the emulation (the interpreter's own dots): "ieee" everywhere, the same outputs as
     stage34 bit for bit."""
-    _assert_same_outputs("stage37_bf16split", "stage34_poststeps", "small-N16_P64_R4_C8")
+    same_outputs("stage37_bf16split", "stage34_poststeps", "small-N16_P64_R4_C8")
 
 
 def test_every_split_kernel_takes_bf16_parts_and_the_others_are_stage34s(compile_stage):
@@ -191,10 +180,10 @@ def test_states_slots_takes_one_or_two():
         aux_gluon.launch_aux({}, {}, {}, None, diag_blocks=True, increments=True, states_slots=3)
 
 
-def test_stage38_is_stage37_without_a_hopper_gpu():
+def test_stage38_is_stage37_without_a_hopper_gpu(same_outputs):
     """On the CPU (and on any device without the Gluon aux's bf16 parts) stage38 launches exactly
     stage37's kernels: the same outputs bit for bit."""
-    _assert_same_outputs("stage38_bf16aux", "stage37_bf16split", "small-N256_P64_R4_C8")
+    same_outputs("stage38_bf16aux", "stage37_bf16split", "small-N256_P64_R4_C8")
 
 
 def test_states_operand_knob_reads_the_states_slot_and_fits_two_aux_programs_an_sm_at_p128(compile_stage):
@@ -265,10 +254,10 @@ def test_the_register_cap_stages_change_only_the_bf16_parts(stage, takes, skips,
             assert not changes(takes[0]), knob
 
 
-def test_stage39_is_stage38_without_a_hopper_gpu():
+def test_stage39_is_stage38_without_a_hopper_gpu(same_outputs):
     """On the CPU (no Gluon aux) stage39 launches exactly stage38's kernels: the same outputs bit
     for bit, on a shape its rule takes."""
-    _assert_same_outputs("stage39_auxregs", "stage38_bf16aux", "small-N128_P64_R2_C32")
+    same_outputs("stage39_auxregs", "stage38_bf16aux", "small-N128_P64_R2_C32")
 
 
 def test_stage40_fits_two_state_terms_programs_an_sm_on_chunk_pairs_at_p128(compile_stage):
@@ -292,10 +281,10 @@ def test_stage40_is_stage39_off_chunk_pairs_at_p128(compile_stage, N, P, R, C):
     assert compile_stage("stage40_termsring", N, P, R, C, "") == compile_stage("stage39_auxregs", N, P, R, C, "")
 
 
-def test_stage40_is_stage39_without_a_hopper_gpu():
+def test_stage40_is_stage39_without_a_hopper_gpu(same_outputs):
     """On the CPU (no Gluon state_terms) stage40 launches exactly stage39's kernels: the same
     outputs bit for bit, on the shape its rule takes."""
-    _assert_same_outputs("stage40_termsring", "stage39_auxregs", "small-N128_P128_R4_C8")
+    same_outputs("stage40_termsring", "stage39_auxregs", "small-N128_P128_R4_C8")
 
 
 def _assert_only_capped(mine: dict, theirs: dict, kernel: str, cap: int) -> dict:
@@ -329,10 +318,10 @@ def test_stage41_is_stage40_where_the_streamed_aux_is_capped_or_not_run(compile_
     assert compile_stage("stage41_streamregs", N, P, R, C, "") == compile_stage("stage40_termsring", N, P, R, C, "")
 
 
-def test_stage41_is_stage40_on_the_interpreter():
+def test_stage41_is_stage40_on_the_interpreter(same_outputs):
     """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage41
     launches stage40's kernels: the same outputs bit for bit on the shape its rule takes."""
-    _assert_same_outputs("stage41_streamregs", "stage40_termsring", "small-N256_P64_R4_C8")
+    same_outputs("stage41_streamregs", "stage40_termsring", "small-N256_P64_R4_C8")
 
 
 def test_stage42_fits_three_pre_programs_an_sm_at_p128(compile_stage):
@@ -367,10 +356,10 @@ def test_stage42_rule_and_knob():
         assert not stage42_precap.changes(get_case(takes[0]))
 
 
-def test_stage42_is_stage41_on_the_interpreter():
+def test_stage42_is_stage41_on_the_interpreter(same_outputs):
     """Off Hopper GPUs (the cap was measured on one; the interpreter takes no register cap) stage42
     launches stage41's kernels: the same outputs bit for bit on a shape its rule takes."""
-    _assert_same_outputs("stage42_precap", "stage41_streamregs", "small-N64_P128_R4_C16")
+    same_outputs("stage42_precap", "stage41_streamregs", "small-N64_P128_R4_C16")
 
 
 def test_stage43_finishes_dq_and_dk_in_the_gluon_kernels(compile_stage):
@@ -426,10 +415,10 @@ def test_stage43_knob_gives_stage42():
         assert stage43_finish.keywords(x, c) == stage42_precap.keywords(x, c)
 
 
-def test_stage43_is_stage42_on_the_interpreter():
+def test_stage43_is_stage42_on_the_interpreter(same_outputs):
     """Off Hopper GPUs (the Gluon kernels, which rotate and finish, run only there) stage43 launches
     stage42's kernels: the same outputs bit for bit on a shape where it finishes on a GPU."""
-    _assert_same_outputs("stage43_finish", "stage42_precap", "small-N128_P64_R4_C16")
+    same_outputs("stage43_finish", "stage42_precap", "small-N128_P64_R4_C16")
 
 
 @pytest.mark.parametrize("case_id,finishes", [

@@ -94,7 +94,7 @@ HOPPER = torch.cuda.is_available() and is_hopper("cuda")
 @pytest.mark.parametrize("stage", ["stage23_gluonterms", "stage24_gluonaux", "stage27_rotinline", "stage28_termsdk",
                                    "stage29_auxdq", "stage30_stepdesc", "stage32_banks", "stage39_auxregs",
                                    "stage40_termsring", "stage41_streamregs", "stage42_precap",
-                                   "stage43_finish"])
+                                   "stage43_finish", "stage45_diagfold"])
 @pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
 def test_gluon_stages_match_golden_on_hopper(cuda_golden, stage, case):
     """With the benchmarks' cached-state dtype (16-bit for 16-bit cases, as upstream; the Gluon

@@ -106,7 +106,8 @@ def test_registry_lists_the_ladder_in_order_with_tags():
                       "stage28_termsdk", "stage29_auxdq", "stage30_stepdesc",
                       "stage31_chunkpairs", "stage32_banks", "stage33_chunksum", "stage34_poststeps",
                       "stage37_bf16split", "stage38_bf16aux", "stage39_auxregs", "stage40_termsring",
-                      "stage41_streamregs", "stage42_precap", "stage43_finish"] == list(LADDER)
+                      "stage41_streamregs", "stage42_precap", "stage43_finish",
+                      "stage45_diagfold"] == list(LADDER)
     tags = kernel_tags()
     assert tags["bwd_bwd_fused_kernel"] == (Tag.FUSED, "stage0")
     assert tags["bwd_bwd_pre_kernel"][0] == Tag.PRE
@@ -207,7 +208,7 @@ def test_wave_pass_on_32_column_blocks_at_n256(monkeypatch):
 def test_the_ladder_imports_and_runs_its_rules_without_gluon():
     """A Triton without Gluon's Hopper modules (triton-ascend, older Tritons): every stage still
     registers, the Gluon stages fall back to their parents, and the rules of the stages past them
-    (stage39's to stage43's) need no Gluon import. Checked in a subprocess where importing
+    (stage39's to stage45's) need no Gluon import. Checked in a subprocess where importing
     triton.experimental.gluon fails."""
     code = (
         "import sys, torch\n"
@@ -217,7 +218,7 @@ def test_the_ladder_imports_and_runs_its_rules_without_gluon():
         "from mamba3_perf.kernels import get_case, list_stages\n"
         "from mamba3_perf.kernels.bwd_bwd import (stage23_gluonterms, stage24_gluonaux, stage39_auxregs,\n"
         "                                         stage40_termsring, stage41_streamregs, stage42_precap,\n"
-        "                                         stage43_finish)\n"
+        "                                         stage43_finish, stage45_diagfold)\n"
         "from mamba3_perf.kernels.inputs import make_inputs\n"
         "c = get_case('small-N128_P128_R4_C8')\n"
         "print(list_stages()[-1].name, stage23_gluonterms.terms_gluon, stage24_gluonaux.aux_gluon,\n"
@@ -225,9 +226,10 @@ def test_the_ladder_imports_and_runs_its_rules_without_gluon():
         "c = get_case('small-N256_P64_R4_C8')\n"
         "print(stage41_streamregs.changes(make_inputs(c, states_dtype=torch.bfloat16), c))\n"
         "c = get_case('small-N128_P64_R4_C16')\n"
-        "print(stage43_finish.changes(make_inputs(c, states_dtype=torch.bfloat16), c))\n"
+        "x = make_inputs(c, states_dtype=torch.bfloat16)\n"
+        "print(stage43_finish.changes(x, c), stage45_diagfold.changes(x, c))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.split() == ["stage43_finish", "None", "None", "True", "True", "True", "False"]
+    assert res.stdout.split() == ["stage45_diagfold", "None", "None", "True", "True", "True", "False", "False"]

@@ -42,3 +42,4 @@ from mamba3_perf.kernels.bwd_bwd import stage40_termsring  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage41_streamregs  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage42_precap  # noqa: F401
 from mamba3_perf.kernels.bwd_bwd import stage43_finish  # noqa: F401
+from mamba3_perf.kernels.bwd_bwd import stage45_diagfold  # noqa: F401

@@ -168,13 +168,13 @@ def bwd_bwd_aux_gluon_kernel(
     q1_desc, k1_desc, q2_desc, k2_desc, st_desc,
     QKDOT, DSKIP, GAM_S, TS_S, ECS_S, WT_S,
     DPSIV_S, DKS_S, DQR_S, DDP_S, GDB_S, DST_S,
-    DSSDA, DGAM, DDACS,
+    DSSDA, DGAM, DDACS, DFAC,
     DOUT, V, MV, MO,
     QBIAS, KBIAS, COS_S, SIN_S, DQ, DANG, KIN,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, NB1: gl.constexpr,
     NB: gl.constexpr, PR: gl.constexpr, HAS_D: gl.constexpr, REDUCE_O: gl.constexpr, ROT: gl.constexpr,
-    FIN: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
+    FIN: gl.constexpr, FOLD: gl.constexpr, DYN: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr, SL1: gl.constexpr,
     BF16: gl.constexpr, SD: gl.constexpr, KW: gl.constexpr, IK: gl.constexpr, STB: gl.constexpr,
     ST1: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -186,6 +186,17 @@ def bwd_bwd_aux_gluon_kernel(
     each first-half block and then its rotary partners and, instead of storing dQ's rotated-domain
     rows (DQR) for the post kernel, finishes dQ and stores DANGLES' q half itself on each pair
     (gluon_common.finish_pair; the diagonal term from the GDB it stored and the 16-bit k, KIN).
+
+    FOLD (with FIN, and state_terms' FOLD): the qk_dot diagonal terms of dQ and dK folded into the
+    weighted scores, so that neither finishing forms them and no GDB is stored. Within a step t
+    every rank's rows turn by the same angles, so the diagonal term of the pre-rotation gradient,
+    gd kb (gd: the same-step blocks of gamma dkq), is the inverse rotary of gd kr: the rotated
+    domain's. dQ's rows take dkqw^T ks, ks = kr ts, so dkqw + gd / ts carries it there; dK's
+    rotated-domain rows are ts (dks + ...), whose dks = dkqw q carries gd q / ts likewise. DFACTOR
+    (the sums of kr dks over N) would take that added part too: its sum, kr . qr over N of each
+    same-step pair = lkq / ts, times gd / ts, is stored negated to DFAC, to which state_terms adds
+    its sums. DANGLES' q and k halves each take an angle term of the fold that cancels in their sum
+    (the rotation's generator is antisymmetric). Rows where ts = 0 take no fold.
 
     CP: chunks per program, 1, or 2 where C*R = 32 (terms_gluon's CP): two chunks adjacent in time
     fill the M rows, every row-indexed load and store that of one chunk of 2C steps, the scores'
@@ -363,6 +374,13 @@ def bwd_bwd_aux_gluon_kernel(
     tg = gl.arange(0, MT, layout=dgam.type.layout)
     gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < CC)
     gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < VR, other=0.0)
+    if FOLD:  # 1 / ts of the rows (0 where ts = 0), and DFACTOR's part of the fold, negated
+        ts_i = gl.load(TS_S + bh * S + t_i, mask=i_s < VR, other=0.0)
+        inv_ts = gl.where(ts_i != 0.0, 1.0 / gl.where(ts_i != 0.0, ts_i, 1.0), 0.0)
+        fold_fac = gl.sum(gl.where(same, dkq, 0.0) * gamma[:, None] * lkq, axis=1) * inv_ts * inv_ts
+        fold_fac = gl.sum(gl.reshape(fold_fac, [MT, R]), axis=1)
+        tf = gl.arange(0, MT, layout=fold_fac.type.layout)
+        gl.store(DFAC + bh * S + c * C + tf, -fold_fac, mask=tf < CC)
     wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :] - (ti // C * C)[:, None], mask=in_s, other=0.0)
     # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
@@ -379,12 +397,15 @@ def bwd_bwd_aux_gluon_kernel(
     # scratch, later buffers) may be placed over dpth_s / dptl_s, which the compiler counts free
     # once the wgmma is issued, not once it completes
     dpsiv = warpgroup_mma_wait(num_outstanding=0, deps=(dpsiv,))
-    dkqw = dkq * wt
     gd = gl.where(same, dkq, 0.0) * gamma[:, None]
-    gdb = gl.sum(gl.reshape(gd, [M, MT, R]), axis=1)
-    ig = gl.arange(0, M, layout=gl.SliceLayout(1, gdb.type.layout))
-    rg = gl.arange(0, R, layout=gl.SliceLayout(0, gdb.type.layout))
-    gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < VR)[:, None])
+    if FOLD:
+        dkqw = dkq * wt + gd * inv_ts[:, None]
+    else:
+        dkqw = dkq * wt
+        gdb = gl.sum(gl.reshape(gd, [M, MT, R]), axis=1)
+        ig = gl.arange(0, M, layout=gl.SliceLayout(1, gdb.type.layout))
+        rg = gl.arange(0, R, layout=gl.SliceLayout(0, gdb.type.layout))
+        gl.store(GDB_S + (bhc * CR + ig[:, None]) * R + rg[None, :], gdb, mask=(ig < VR)[:, None])
     # the weighted scores as A operands of the N walk: dkqw in registers (dK; K = q), the TF32 part of
     # dkqw^T in shared memory (dQ's one pass)
     SS_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([M, M], SD)
@@ -597,7 +618,7 @@ def bwd_bwd_aux_gluon_kernel(
                     qx, qxp, qcs, qsn = rotation_parts(q2_buf.index(slot).load(MB), q2p_buf.index(slot).load(MB),
                                                        QBIAS, COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MB)
                 finish_pair(DQ, DANG, GDB_S, KIN, KBIAS, d1, dqf, qxp, qx, qcs, qsn, b, h, hq, cp, bhcp,
-                            n0 - N // 2, S, H, G, RD, N, CC, R, MB, True, False)
+                            n0 - N // 2, S, H, G, RD, N, CC, R, MB, True, False, not FOLD)
         else:
             gl.store(DQR_S + (bhc * CR + i_b[:, None]) * N + cols[None, :], dqf, mask=(i_b < VR)[:, None])
     release_ring(bar2)
@@ -756,7 +777,8 @@ def supports_rotation(meta) -> bool:
 
 
 def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, increments: bool = False,
-               rot_inline: bool = False, finish_dq: bool = False, step_desc: bool | None = None,
+               rot_inline: bool = False, finish_dq: bool = False, fold_diag: bool = False,
+               step_desc: bool | None = None,
                chunk_pairs: bool | None = None, transpose_layouts: bool | None = None,
                narrow_boxes: bool | None = None, bf16_pairs: bool | None = None,
                states_operand: bool | None = None, states_slots: int | None = None, maxnreg: int | None = None,
@@ -766,7 +788,9 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
     inputs, whatever the pre kernel stores): anything else is an error, not a silent change of
     what is computed. ``rot_inline``: the rotated q / k rows from the 16-bit inputs, the biases and
     the pre kernel's cos / sin (s["COS"], s["SIN"]) instead of its QR / KR scratch (stage27);
-    ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``step_desc``:
+    ``finish_dq`` (with it): DQ and DANGLES' q half stored here, no DQR (stage29); ``fold_diag``
+    (with it, and state_terms' ``fold_diag``): the diagonal terms folded into the weighted scores,
+    DFACTOR's part of them stored negated (the kernel's FOLD; stage45); ``step_desc``:
     the second N walk's operands viewed per step (:data:`DYN_DESC`, whose value is the default;
     stage30); ``chunk_pairs``: :func:`chunks_per_program`'s; ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the
@@ -787,6 +811,8 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {AUX_NB1}")
     if finish_dq and not rot_inline:
         raise ValueError("finish_dq: only with rot_inline (the pre-rotation q rows it needs are the ones it rotates)")
+    if fold_diag and not finish_dq:
+        raise ValueError("fold_diag: only with finish_dq (both finishings then leave the diagonal terms out)")
     N = meta.N
     cp = chunks_per_program(meta, chunk_pairs)
     if meta.C * meta.R * cp != WG_ROWS:
@@ -814,12 +840,12 @@ def launch_aux(x: dict, s: dict, out: dict, meta, *, diag_blocks: bool = False, 
         *qk, row_blocks(x["states"], meta.P, [nb2, meta.P], 64 if narrow else None),
         x["qk_dot"], x["d"] if meta.has_d else x["mimo_v"], s["GAM"], s["TS"], s["ECS"], s["WT"],
         s["DPSIV"], s["DKS"], s["DQR"], s["DDP"], s["GDB"], s["DST"],
-        out["DSSDA"], out["DGAMMA"], out["DDA_CS"],
+        out["DSSDA"], out["DGAMMA"], out["DDA_CS"], out["DFACTOR"],
         x["dout"], x["v"], x["mimo_v"], x["mimo_o"] if meta.reduce_o else x["mimo_v"],
         *rot, out["DQ"], out["DANGLES"], x["k"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, NB1=AUX_NB1, NB=nb2, PR=max(meta.P, WG_ROWS),
-        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq,
+        HAS_D=meta.has_d, REDUCE_O=meta.reduce_o, ROT=rot_inline, FIN=finish_dq, FOLD=fold_diag,
         DYN=bool(DYN_DESC if step_desc is None else step_desc), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts), SL1=AUX_RING1,
         BF16=bf16, SD=sd, KW=kw, IK=ik,

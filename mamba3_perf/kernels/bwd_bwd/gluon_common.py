@@ -169,14 +169,15 @@ def _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, cols, S, G, N: gl.constexpr, 
 @gluon.jit
 def finish_pair(DX, DANG, GDB_S, Y, YBIAS, d1, d2, x1, x2, cs, sn, b, h, hq, c, bhc, n0, S, H, G, RD,
                 N: gl.constexpr, C: gl.constexpr, R: gl.constexpr, L: gl.constexpr, SIDE_Q: gl.constexpr,
-                ADD: gl.constexpr):
+                ADD: gl.constexpr, DIAG: gl.constexpr = True):
     """What the post kernel does with dK (or, SIDE_Q, dQ) on a pair of blocks at columns n0 (first
     rotary half) and n0 + N/2, from their rotated-domain rows d1, d2, pre-rotation rows x1, x2 and
     the pair's cos / sin, in layout L (stage21_halves' post arithmetic, term for term): this
     side's half of DANGLES, the pair's angle gradients summed over the ranks (ADD: added to the
     other side's half, stored before it); then each block's gradient, the inverse rotary (cos d1
     + sin d2, cos d2 - sin d1) plus the qk_dot diagonal term (:func:`_diag_block`; Y / YBIAS: the
-    other side's 16-bit input and bias), stored in DX's dtype."""
+    other side's 16-bit input and bias), stored in DX's dtype. Without DIAG no diagonal term: the
+    aux folded it into the rotated-domain rows d1, d2 (aux_gluon's FOLD)."""
     M: gl.constexpr = d1.shape[0]
     NB: gl.constexpr = d1.shape[1]
     CR: gl.constexpr = C * R
@@ -192,10 +193,13 @@ def finish_pair(DX, DANG, GDB_S, Y, YBIAS, d1, d2, x1, x2, cs, sn, b, h, hq, c, 
     i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
     n = n0 + gl.arange(0, NB, layout=gl.SliceLayout(0, L))
     orow = (((b * S * R + c * CR + i) * H + h) * N)[:, None]
-    dx1 = cs * d1 + sn * d2 + _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n, S, G, N, C, R, L, M, SIDE_Q)
+    dx1 = cs * d1 + sn * d2
+    if DIAG:
+        dx1 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n, S, G, N, C, R, L, M, SIDE_Q)
     gl.store(DX + orow + n[None, :], dx1.to(DX.dtype.element_ty), mask=(i < CR)[:, None])
-    dx2 = (cs * d2 - sn * d1
-           + _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n + N // 2, S, G, N, C, R, L, M, SIDE_Q))
+    dx2 = cs * d2 - sn * d1
+    if DIAG:
+        dx2 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n + N // 2, S, G, N, C, R, L, M, SIDE_Q)
     gl.store(DX + orow + (n + N // 2)[None, :], dx2.to(DX.dtype.element_ty), mask=(i < CR)[:, None])
 
 

@@ -50,24 +50,26 @@ def uses_gluon(x: dict, meta) -> bool:
 
 def run_with(x: dict, out: dict, meta, *, chunk_pairs: bool = False, transpose_layouts: bool = False,
              pipeline: bool = False, terms_ring: int | None = None, terms_maxnreg: int | None = None,
-             **kw) -> None:
+             fold_diag: bool = False, **kw) -> None:
     """stage23's pipeline; ``chunk_pairs``, ``transpose_layouts``, ``pipeline``: the Gluon
     state_terms' launch keywords (stage31, stage32; ``pipeline`` is terms_gluon.PIPELINE's, which no
     stage takes: within the run's spread on an H100); ``terms_ring``: its TMA ring's slots
     (launch_state_terms' ``ring``; stage40); ``terms_maxnreg``: its registers a thread
-    (launch_state_terms' ``maxnreg``; stage43); ``kw``: more stage22_lkqblock.run_with keywords
-    (stage24)."""
+    (launch_state_terms' ``maxnreg``; stage43); ``fold_diag``: its ``fold_diag`` (stage45: the aux's
+    too, stage24_gluonaux passes both); ``kw``: more stage22_lkqblock.run_with keywords (stage24)."""
     terms = None
     if uses_gluon(x, meta):
         terms = terms_gluon.launch_state_terms
         launch = {k: True for k, on in (("chunk_pairs", chunk_pairs), ("transpose_layouts", transpose_layouts),
-                                        ("pipeline", pipeline)) if on}
+                                        ("pipeline", pipeline), ("fold_diag", fold_diag)) if on}
         if terms_ring is not None:
             launch["ring"] = terms_ring
         if terms_maxnreg is not None:
             launch["maxnreg"] = terms_maxnreg
         if launch:
             terms = functools.partial(terms, **launch)
+    elif fold_diag:
+        raise ValueError("fold_diag: only where the Gluon state_terms runs")
     stage22_lkqblock.run_with(x, out, meta, state_terms=terms, **kw)
 
 

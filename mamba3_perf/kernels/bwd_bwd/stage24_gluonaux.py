@@ -53,15 +53,16 @@ def uses_gluon_aux(x: dict, meta, wide_p: bool | None = None, chunk_pairs: bool 
 def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc: bool = False,
              aux_pairs: bool | None = None, transpose_layouts: bool = False, bf16_pairs: bool = False,
              states_operand: bool = False, states_slots: int | None = None, aux_maxnreg: int | None = None,
-             **kw) -> None:
+             fold_diag: bool = False, **kw) -> None:
     """stage24's pipeline; ``wide_p``, ``aux_pairs``: :func:`uses_gluon_aux`'s ``wide_p`` (stage26)
     and ``chunk_pairs`` (stage31), the latter also launch_aux's; ``step_desc``: the Gluon aux's
     launch_aux keyword (stage30); ``transpose_layouts``: both Gluon kernels' (stage32); ``bf16_pairs``,
     ``states_operand``, ``states_slots``: launch_aux's (stage38); ``aux_maxnreg``: its ``maxnreg``
-    (stage39); ``kw``:
-    more stage23_gluonterms.run_with keywords (stage25)."""
+    (stage39); ``fold_diag``: both Gluon kernels' (stage45: launch_aux's and launch_state_terms');
+    ``kw``: more stage23_gluonterms.run_with keywords (stage25)."""
     launch = {k: True for k, on in (("step_desc", step_desc), ("transpose_layouts", transpose_layouts),
-                                    ("bf16_pairs", bf16_pairs), ("states_operand", states_operand)) if on}
+                                    ("bf16_pairs", bf16_pairs), ("states_operand", states_operand),
+                                    ("fold_diag", fold_diag)) if on}
     if aux_pairs is not None:
         launch["chunk_pairs"] = aux_pairs
     if states_slots is not None:
@@ -71,7 +72,10 @@ def run_with(x: dict, out: dict, meta, *, wide_p: bool | None = None, step_desc:
     aux = functools.partial(aux_gluon.launch_aux, **launch) if launch else aux_gluon.launch_aux
     gluon = (dict(aux=aux, split=True, aux_increments=True)
              if uses_gluon_aux(x, meta, wide_p, aux_pairs) else {})
-    stage23_gluonterms.run_with(x, out, meta, transpose_layouts=transpose_layouts, **gluon, **kw)
+    if fold_diag and not gluon:
+        raise ValueError("fold_diag: only where the Gluon aux runs (it folds the diagonal terms)")
+    stage23_gluonterms.run_with(x, out, meta, transpose_layouts=transpose_layouts, fold_diag=fold_diag,
+                                **gluon, **kw)
 
 
 def run(x: dict, out: dict, meta) -> None:

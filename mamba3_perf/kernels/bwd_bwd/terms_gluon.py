@@ -198,7 +198,7 @@ def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
 def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                  DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                  N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
-                 FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr):
+                 FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, FOLD: gl.constexpr):
     """Step j's end: its wgmma waited (:func:`_wait_products`), the dK rows (dks) stored for the
     post kernel, or (FIN) finished on each rotary pair of blocks (the first-half block's rows held
     in d1 until its partners come, their pre-rotation rows formed again from ring slot ``slot``);
@@ -217,7 +217,7 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
             kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
                                                COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK)
             finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
-                        bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG)
+                        bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG, not FOLD)
     else:
         gl.store(DKR_S + (bhc * (C * R) + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
                  mask=(i_k < CC * R)[:, None])
@@ -231,7 +231,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS, STATES,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, TL: gl.constexpr,
+    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, FOLD: gl.constexpr, CP: gl.constexpr,
+    TL: gl.constexpr,
     PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, BF16: gl.constexpr, SD: gl.constexpr,
     KW: gl.constexpr, IK: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -245,7 +246,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     FIN (with ROT): the walk takes each first-half block and then its rotary partners, and
     instead of storing dK's rotated-domain rows (DKR) for the post kernel, finishes dK and
     DANGLES' k half itself on each pair (gluon_common.finish_pair; ADD_DANG: added to the q half
-    the aux stored, aux_gluon's FIN).
+    the aux stored, aux_gluon's FIN). FOLD (with FIN): the aux folded the diagonal term into the
+    dK rows it stored (DKS) and DFACTOR's part of the fold into DFAC, negated (aux_gluon's FOLD):
+    the finishing forms no diagonal term, and DFACTOR adds what the aux stored.
 
     CP: chunks per program, 1, or 2 where C*R = 32: two chunks adjacent in time fill the M rows,
     every row-indexed load and store the same as for one chunk of 2C steps (their rows are
@@ -383,7 +386,7 @@ def bwd_bwd_state_terms_gluon_kernel(
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG, CP)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
             # step j + 1's A operands only now that step j's wgmma are waited for (_step_a): formed
             # while they ran, they overwrote the registers those read (DV / DMIMO_V wrong on an H100)
             a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_n, i_k, C * R, CP, AK, BF16)
@@ -401,7 +404,7 @@ def bwd_bwd_state_terms_gluon_kernel(
         d1, acc_rev, acc_fac, acc = _finish_step(
             LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % SL,
             block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
-            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP)
+            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
     else:
         if STG:  # the states block's rows and columns in DSL, from the program's first row of states
             r_g = gl.arange(0, BNB, layout=gl.SliceLayout(1, DSL))
@@ -442,7 +445,7 @@ def bwd_bwd_state_terms_gluon_kernel(
             d1, acc_rev, acc_fac, acc = _finish_step(
                 j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG, CP)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
     release_ring(bars, SL)
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
@@ -477,6 +480,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     t_s = gl.arange(0, MT, layout=ddacsrev.type.layout)
     gl.store(DDACSREV + bh * S + c * C + t_s, ddacsrev, mask=t_s < CC)
     t_f = gl.arange(0, MT, layout=dfac.type.layout)
+    if FOLD:  # the aux stored the fold's part, negated (aux_gluon's FOLD)
+        dfac += gl.load(DFAC + bh * S + c * C + t_f, mask=t_f < CC, other=0.0)
     gl.store(DFAC + bh * S + c * C + t_f, dfac, mask=t_f < CC)
     dda = gl.load(DECAY_S + bhc) * gl.sum(gl.sum(acc_dda, axis=1), axis=0)
     if CP == 2:  # the second chunk's steps take its own
@@ -589,7 +594,7 @@ def supports_rotation(meta) -> bool:
 
 
 def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = False, finish_dk: bool = False,
-                       dangles_started: bool = False, chunk_pairs: bool | None = None,
+                       dangles_started: bool = False, fold_diag: bool = False, chunk_pairs: bool | None = None,
                        transpose_layouts: bool | None = None, narrow_boxes: bool | None = None,
                        pipeline: bool | None = None, states_global: bool | None = None, ring: int | None = None,
                        maxnreg: int | None = None, **_ignored) -> None:
@@ -599,6 +604,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
     sin (s["COS"], s["SIN"]) instead of its KR scratch (stage27); ``finish_dk`` (with it): DK and
     DANGLES' k half stored here, no DKR (stage28; the post kernel then takes K_DONE);
     ``dangles_started`` (with it): the k half added to the q half the aux stored (stage29);
+    ``fold_diag`` (with ``finish_dk``, and the aux's ``fold_diag``): the diagonal term left to the
+    aux's fold, DFACTOR added to the part the aux stored (the kernel's FOLD; stage45);
     ``chunk_pairs``: :func:`chunks_per_program`'s (stage31); ``transpose_layouts``: the kernel's TL
     (:data:`TRANSPOSE_LAYOUTS`, whose value is the default; stage32); ``narrow_boxes``: the fp32
     k / dK boxes in the 32-byte swizzle (:data:`NARROW_BOXES`, the default); ``pipeline``: the
@@ -621,6 +628,8 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         raise ValueError(f"rot_inline: N / 2 = {meta.N // 2} is not a multiple of {bnb}")
     if finish_dk and not rot_inline:
         raise ValueError("finish_dk: only with rot_inline (the pre-rotation k rows it needs are the ones it rotates)")
+    if fold_diag and not finish_dk:
+        raise ValueError("fold_diag: only with finish_dk (the finishing then leaves the diagonal term out)")
     if rot_inline:
         kr, rot = input_rows(x["k"], meta, [WG_ROWS, bnb]), (x["k_bias"], s["COS"], s["SIN"])
     else:
@@ -639,7 +648,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         *rot, *fin, x["states"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
-        ADD_DANG=dangles_started, CP=cp,
+        ADD_DANG=dangles_started, FOLD=fold_diag, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
         PIPE=pipe, RING=slots, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": regs} if regs else {}),

@@ -1,0 +1,112 @@
+"""stage45_diagfold: the qk_dot diagonal terms folded into the aux's weighted scores (aux_gluon's
+and terms_gluon's FOLD). The Gluon kernels run on Hopper GPUs only (the golden check there:
+tests/kernels/test_gluonaux.py); here, the identity they rest on, replayed in fp64 with the
+kernels' formulas, the rule, and what the kernels compile to for sm_90."""
+import pytest
+import torch
+
+from mamba3_perf.kernels import get_case, make_inputs
+from mamba3_perf.kernels.reference import _rotate
+
+
+def _rot(x, ang, inverse=False):
+    """reference._rotate on [C, R, N] rows with per-step angles [C, RD]."""
+    return _rotate(x[None, None], ang[None, None], inverse)[0, 0]
+
+
+def test_fold_carries_the_diagonal_terms_through_the_rotation():
+    """What the finishings compute with the diagonal terms (gluon_common.finish_pair: the inverse
+    rotary of the rotated-domain rows plus gd kb, gd q b; DANGLES from those rows; DFACTOR the N sums
+    of kr dks) equals what they compute from the folded scores dkqw + gd / ts without them, DFACTOR
+    less the part the aux stores (lkq / ts of the same-step pairs times gd / ts); a step with ts =
+    0 (and gamma = 0, as dt = 0 gives: a padded step) takes no fold."""
+    g = torch.Generator().manual_seed(0)
+    C, R, N, RD = 5, 3, 8, 3
+    CR = C * R
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    qb, kb, other = rnd(C, R, N), rnd(C, R, N), rnd(C, R, N)
+    ang = rnd(C, RD).requires_grad_(True)
+    dkq, w = rnd(CR, CR), rnd(CR, CR)  # dkq = PsiV dPhiO^T; w: the weighted scores dkqw = dkq wt
+    gamma = torch.rand(C, generator=g, dtype=torch.float64)
+    ts = gamma + torch.rand(C, generator=g, dtype=torch.float64)
+    gamma[2], ts[2] = 0.0, 0.0  # a padded step
+    t = torch.arange(CR) // R
+    same = t[:, None] == t[None, :]
+    gd = torch.where(same, dkq, 0.0) * gamma[t][:, None]  # aux_gluon: gd, rows k, columns q
+    inv = torch.where(ts != 0, 1 / torch.where(ts != 0, ts, 1.0), 0.0)[t]
+
+    def finish(scores, diag):
+        qr, kr = _rot(qb, ang).reshape(CR, N), _rot(kb, ang).reshape(CR, N)
+        ks = kr * ts[t][:, None]
+        dq_rot = scores.T @ ks  # the aux's dQ rows: dkqw^T ks
+        dks = scores @ qr.detach() + other.reshape(CR, N)  # the aux's dK rows (+ state_terms' own part)
+        dk_rot = dks * ts[t][:, None]
+        dq = _rot(dq_rot.detach().reshape(C, R, N), ang.detach(), inverse=True)
+        dk = _rot(dk_rot.detach().reshape(C, R, N), ang.detach(), inverse=True)
+        if diag:  # gluon_common._diag_block, both sides
+            dq = dq + torch.einsum("tkq,tkn->tqn", gd.reshape(C, R, C, R).diagonal(dim1=0, dim2=2).permute(2, 0, 1), kb)
+            dk = dk + torch.einsum("tkq,tqn->tkn", gd.reshape(C, R, C, R).diagonal(dim1=0, dim2=2).permute(2, 0, 1), qb)
+        dfac = (kr.detach() * dks.detach()).sum(1).reshape(C, R).sum(1)
+        # DANGLES, both halves: the angle gradient of <d, rot(x)> with the rotated-domain rows d held
+        dang, = torch.autograd.grad((dq_rot.detach() * qr).sum() + (dk_rot.detach() * kr).sum(), ang)
+        return dq, dk, dfac, dang, qr.detach(), ks.detach()
+
+    dq, dk, dfac, dang, qr, ks = finish(w, diag=True)
+    fdq, fdk, fdfac, fdang, _, _ = finish(w + gd * inv[:, None], diag=False)
+    lkq = ks @ qr.T  # the aux's first walk
+    fdfac = fdfac - ((gd * lkq).sum(1) * inv * inv).reshape(C, R).sum(1)  # aux_gluon: fold_fac, stored negated
+    for got, want in ((fdq, dq), (fdk, dk), (fdfac, dfac), (fdang, dang)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # and the diagonal terms matter here: without them the finishings differ
+    assert not torch.allclose(finish(w, diag=False)[0], dq)
+
+
+@pytest.mark.parametrize("case_id,folds", [
+    ("N128_P64_R4_C16", True), ("N128_P32_R4_C16", True), ("N128_P64_R2_C32", True), ("N128_P64_R1_C64", True),
+    ("N64_P64_R4_C16", False), ("N128_P64_R8_C8", False), ("N256_P64_R4_C8", False),
+])
+def test_rule_on_hopper(plan_on_hopper, case_id, folds):
+    """With a Hopper GPU assumed: stage45 folds where stage43 finishes, and is stage43 elsewhere."""
+    from mamba3_perf.kernels.bwd_bwd import stage43_finish, stage45_diagfold
+
+    mine, theirs = plan_on_hopper(stage45_diagfold.keywords, stage43_finish.keywords, case_id)
+    assert mine == (dict(theirs, fold_diag=True) if folds else theirs)
+
+
+def test_knob_gives_stage43():
+    from mamba3_perf.kernels.bwd_bwd import stage43_finish, stage45_diagfold
+    from mamba3_perf.kernels.knobs import single_knobs
+
+    c = get_case("small-N128_P64_R4_C16")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    with single_knobs(["stage45_diagfold.FOLD=0"]):
+        assert stage45_diagfold.keywords(x, c) == stage43_finish.keywords(x, c)
+
+
+def test_fold_needs_both_finishings():
+    """fold_diag without the finishing it removes the diagonal term from is refused, not run."""
+    from mamba3_perf.kernels.bwd_bwd import aux_gluon, terms_gluon
+
+    c = get_case("small-N128_P64_R4_C16")
+    with pytest.raises(ValueError, match="fold_diag: only with finish_dq"):
+        aux_gluon.launch_aux({}, {}, {}, c, diag_blocks=True, increments=True, rot_inline=True, fold_diag=True)
+    with pytest.raises(ValueError, match="fold_diag: only with finish_dk"):
+        terms_gluon.launch_state_terms({"q": torch.empty(0)}, {}, {}, c, rot_inline=True, fold_diag=True)
+
+
+def test_both_gluon_kernels_fold(compile_stage):
+    """N128_P64_R4_C16: stage45 launches stage43's kernels with FOLD in both and nothing else
+    changed, the aux at stage43's register cap and shared memory."""
+    mine = compile_stage("stage45_diagfold", 128, 64, 4, 16, "gluon")
+    theirs = compile_stage("stage43_finish", 128, 64, 4, 16, "gluon")
+    for k in ("bwd_bwd_aux_gluon_kernel", "bwd_bwd_state_terms_gluon_kernel"):
+        assert mine[k]["keywords"]["FOLD"] and not theirs[k]["keywords"]["FOLD"], k
+        assert {a: v for a, v in mine[k]["keywords"].items() if a != "FOLD"} == \
+               {a: v for a, v in theirs[k]["keywords"].items() if a != "FOLD"}, k
+    aux = "bwd_bwd_aux_gluon_kernel"
+    assert (mine[aux]["maxnreg"], mine[aux]["shared"]) == (theirs[aux]["maxnreg"], theirs[aux]["shared"])
+
+
+def test_stage45_is_stage42_on_the_interpreter(same_outputs):
+    """Off Hopper GPUs stage45 launches stage42's kernels: the same outputs bit for bit."""
+    same_outputs("stage45_diagfold", "stage42_precap", "small-N128_P64_R4_C16")
