@@ -110,3 +110,15 @@ def test_both_gluon_kernels_fold(compile_stage):
 def test_stage45_is_stage42_on_the_interpreter(same_outputs):
     """Off Hopper GPUs stage45 launches stage42's kernels: the same outputs bit for bit."""
     same_outputs("stage45_diagfold", "stage42_precap", "small-N128_P64_R4_C16")
+
+
+def test_d1_shared_holds_the_first_half_block_in_shared_memory(compile_stage):
+    """terms_gluon.D1_SHARED: where state_terms finishes dK, the pair's first-half block ([64, BNB]
+    fp32) takes shared memory instead of registers; where it does not finish, nothing changes."""
+    k = "bwd_bwd_state_terms_gluon_kernel"
+    on = compile_stage("stage45_diagfold", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=1"])[k]
+    off = compile_stage("stage45_diagfold", 128, 64, 4, 16, "state_terms")[k]
+    assert on["keywords"]["D1S"] and not off["keywords"]["D1S"]
+    assert on["shared"] - off["shared"] == 64 * 16 * 4  # BNB = 16 at P = 64
+    plain = compile_stage("stage42_precap", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=1"])[k]
+    assert not plain["keywords"]["D1S"]

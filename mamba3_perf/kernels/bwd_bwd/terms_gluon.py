@@ -195,14 +195,16 @@ def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
 
 
 @gluon.jit
-def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                  DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                  N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
-                 FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, FOLD: gl.constexpr):
+                 FIN: gl.constexpr, ADD_DANG: gl.constexpr, CP: gl.constexpr, FOLD: gl.constexpr,
+                 D1S: gl.constexpr):
     """Step j's end: its wgmma waited (:func:`_wait_products`), the dK rows (dks) stored for the
     post kernel, or (FIN) finished on each rotary pair of blocks (the first-half block's rows held
     in d1 until its partners come, their pre-rotation rows formed again from ring slot ``slot``);
-    the DDA_CS_REV and DFACTOR sums. Returns (d1, acc_rev, acc_fac, acc)."""
+    the DDA_CS_REV and DFACTOR sums; with D1S the first-half block's rows held in the shared buffer
+    ``d1_s`` instead (``d1`` passed through). Returns (d1, acc_rev, acc_fac, acc)."""
     dks_in = dks_buf.index(slot).load(MK)
     dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
@@ -211,12 +213,19 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fa
     acc_fac += gl.sum(kr * dks, axis=1)
     if FIN:
         if j % 2 == 0:
-            d1 = dks * ts[:, None]
+            if D1S:  # each thread reads back only what it stored: no barrier
+                d1_s.store(dks * ts[:, None])
+            else:
+                d1 = dks * ts[:, None]
         else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
             # pre-rotation rows formed again from the boxes (not held in registers across the products)
+            if D1S:
+                first = d1_s.load(MK)
+            else:
+                first = d1
             kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).load(MK), krp_buf.index(slot).load(MK), KBIAS,
                                                COS_S, SIN_S, b, h, cp, n0, S, H, RD, N, CC, R, MK)
-            finish_pair(DK, DANG, GDB_S, Q, QBIAS, d1, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
+            finish_pair(DK, DANG, GDB_S, Q, QBIAS, first, dks * ts[:, None], kxp, kx, kcs, ksn, b, h, hq, cp,
                         bhcp, n0 - N // 2, S, H, G, RD, N, CC, R, MK, False, ADD_DANG, not FOLD)
     else:
         gl.store(DKR_S + (bhc * (C * R) + i_k[:, None]) * N + (n0 + n_k)[None, :], dks * ts[:, None],
@@ -231,8 +240,8 @@ def bwd_bwd_state_terms_gluon_kernel(
     KBIAS, COS_S, SIN_S, DK, DANG, GDB_S, Q, QBIAS, STATES,
     S, H, G, RD, ZERO,
     N: gl.constexpr, P: gl.constexpr, C: gl.constexpr, R: gl.constexpr, M: gl.constexpr, BNB: gl.constexpr,
-    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, FOLD: gl.constexpr, CP: gl.constexpr,
-    TL: gl.constexpr,
+    ROT: gl.constexpr, FIN: gl.constexpr, ADD_DANG: gl.constexpr, FOLD: gl.constexpr, D1S: gl.constexpr,
+    CP: gl.constexpr, TL: gl.constexpr,
     PIPE: gl.constexpr, RING: gl.constexpr, STG: gl.constexpr, BF16: gl.constexpr, SD: gl.constexpr,
     KW: gl.constexpr, IK: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -248,7 +257,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     DANGLES' k half itself on each pair (gluon_common.finish_pair; ADD_DANG: added to the q half
     the aux stored, aux_gluon's FIN). FOLD (with FIN): the aux folded the diagonal term into the
     dK rows it stored (DKS) and DFACTOR's part of the fold into DFAC, negated (aux_gluon's FOLD):
-    the finishing forms no diagonal term, and DFACTOR adds what the aux stored.
+    the finishing forms no diagonal term, and DFACTOR adds what the aux stored. D1S (with FIN;
+    :data:`D1_SHARED`): each pair's first-half block of dK rows held in shared memory until its
+    partners come, not in registers across the next step's products.
 
     CP: chunks per program, 1, or 2 where C*R = 32: two chunks adjacent in time fill the M rows,
     every row-indexed load and store the same as for one chunk of 2C steps (their rows are
@@ -362,6 +373,10 @@ def bwd_bwd_state_terms_gluon_kernel(
     else:
         acc_dda2 = acc_dda  # unused
     d1 = gl.zeros([M, BNB], gl.float32, MK)  # FIN: the pair's first-half rows, until its partners come
+    if FIN and D1S:  # ... or in shared memory
+        d1_s = gl.allocate_shared_memory(gl.float32, [M, BNB], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    else:
+        d1_s = dks_buf  # unread
     if PIPE:
         # step j + 1's operands staged (from ring slot (j + 1) % SL into operand set (j + 1) % 2) while
         # step j's wgmma run; step j + SL's copies issued once step j is done with its slot
@@ -384,9 +399,9 @@ def bwd_bwd_state_terms_gluon_kernel(
                 acc_dda2, ts, i_k, KBIAS, COS_S, SIN_S, b, h, cp, block_col(j + 1, BNB, N, FIN), S, H, RD, N, C,
                 CC, R, CP, ROT, DSL, MK, True, BF16)
             d1, acc_rev, acc_fac, acc = _finish_step(
-                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD, D1S)
             # step j + 1's A operands only now that step j's wgmma are waited for (_step_a): formed
             # while they ran, they overwrote the registers those read (DV / DMIMO_V wrong on an H100)
             a_hi, a_lo, a2_hi, a2_lo = _step_a(ks_n, i_k, C * R, CP, AK, BF16)
@@ -402,9 +417,9 @@ def bwd_bwd_state_terms_gluon_kernel(
             ks = ks_n
         LAST: gl.constexpr = NSTEPS - 1
         d1, acc_rev, acc_fac, acc = _finish_step(
-            LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, LAST % SL,
+            LAST, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, LAST % SL,
             block_col(LAST, BNB, N, FIN), i_k, n_k, DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
-            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
+            cp, bhcp, bhc, S, H, G, RD, N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD, D1S)
     else:
         if STG:  # the states block's rows and columns in DSL, from the program's first row of states
             r_g = gl.arange(0, BNB, layout=gl.SliceLayout(1, DSL))
@@ -443,9 +458,9 @@ def bwd_bwd_state_terms_gluon_kernel(
                 else:
                     acc_dda += st_buf.index(slot).load(DSL).to(gl.float32) * ds
             d1, acc_rev, acc_fac, acc = _finish_step(
-                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
+                j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                 DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
-                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD)
+                N, C, CC, R, MK, FIN, ADD_DANG, CP, FOLD, D1S)
     release_ring(bars, SL)
 
     # dPsiV = the aux's chunk-local part + the dstates term (exp(da_cs_rev) per row)
@@ -581,6 +596,11 @@ STATES_GLOBAL: bool = False
 # P = 64 (128 at P = 32) measured slower on its own too (N128_P64_R4_C16 583 -> 629 us)
 MAXNREG: int | None = None
 
+# knob: with finish_dk, each rotary pair's first-half block of dK rows ([64, BNB] fp32, 16 KB at BNB =
+# 64) held in shared memory until its partners' step, not in registers across that step's products
+# (the kernel's D1S): fewer registers where the finishing took state_terms to two programs per SM
+D1_SHARED: bool = False
+
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
     """The kernel's CP (gluon_common.chunks_per_program) with ``chunk_pairs``, default
@@ -648,7 +668,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         *rot, *fin, x["states"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
-        ADD_DANG=dangles_started, FOLD=fold_diag, CP=cp,
+        ADD_DANG=dangles_started, FOLD=fold_diag, D1S=bool(D1_SHARED and finish_dk), CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
         PIPE=pipe, RING=slots, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": regs} if regs else {}),
