@@ -18,8 +18,9 @@ def test_fold_carries_the_diagonal_terms_through_the_rotation():
     """What the finishings compute with the diagonal terms (gluon_common.finish_pair: the inverse
     rotary of the rotated-domain rows plus gd kb, gd q b; DANGLES from those rows; DFACTOR the N sums
     of kr dks) equals what they compute from the folded scores dkqw + gd / ts without them, DFACTOR
-    less the part the aux stores (lkq / ts of the same-step pairs times gd / ts); a step with ts =
-    0 (and gamma = 0, as dt = 0 gives: a padded step) takes no fold."""
+    less the part the aux stores (per step gamma / ts^2 times DSSDA's diagonal, the sum of lkq dkq
+    over its same-step pairs); a step with ts = 0 (and gamma = 0, as dt = 0 gives: a padded step)
+    takes no fold."""
     g = torch.Generator().manual_seed(0)
     C, R, N, RD = 5, 3, 8, 3
     CR = C * R
@@ -54,7 +55,9 @@ def test_fold_carries_the_diagonal_terms_through_the_rotation():
     dq, dk, dfac, dang, qr, ks = finish(w, diag=True)
     fdq, fdk, fdfac, fdang, _, _ = finish(w + gd * inv[:, None], diag=False)
     lkq = ks @ qr.T  # the aux's first walk
-    fdfac = fdfac - ((gd * lkq).sum(1) * inv * inv).reshape(C, R).sum(1)  # aux_gluon: fold_fac, stored negated
+    dssda_diag = (lkq * dkq).reshape(C, R, C, R).sum((1, 3)).diagonal()  # DSSDA's diagonal
+    inv_t = torch.where(ts != 0, 1 / torch.where(ts != 0, ts, 1.0), 0.0)
+    fdfac = fdfac - dssda_diag * gamma * inv_t * inv_t  # aux_gluon: fold_fac, stored negated
     for got, want in ((fdq, dq), (fdk, dk), (fdfac, dfac), (fdang, dang)):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     # and the diagonal terms matter here: without them the finishings differ

@@ -193,8 +193,9 @@ def bwd_bwd_aux_gluon_kernel(
     gd kb (gd: the same-step blocks of gamma dkq), is the inverse rotary of gd kr: the rotated
     domain's. dQ's rows take dkqw^T ks, ks = kr ts, so dkqw + gd / ts carries it there; dK's
     rotated-domain rows are ts (dks + ...), whose dks = dkqw q carries gd q / ts likewise. DFACTOR
-    (the sums of kr dks over N) would take that added part too: its sum, kr . qr over N of each
-    same-step pair = lkq / ts, times gd / ts, is stored negated to DFAC, to which state_terms adds
+    (the sums of kr dks over N) would take that added part too: per step, the sum over its
+    same-step pairs of gd / ts times kr . qr over N (= lkq / ts), which is gamma / ts^2 times
+    DSSDA's diagonal (the same pairs' lkq dkq), stored negated to DFAC, to which state_terms adds
     its sums. DANGLES' q and k halves each take an angle term of the fold that cancels in their sum
     (the rotation's generator is antisymmetric). Rows where ts = 0 take no fold.
 
@@ -374,13 +375,16 @@ def bwd_bwd_aux_gluon_kernel(
     tg = gl.arange(0, MT, layout=dgam.type.layout)
     gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < CC)
     gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < VR, other=0.0)
-    if FOLD:  # 1 / ts of the rows (0 where ts = 0), and DFACTOR's part of the fold, negated
+    if FOLD:  # DFACTOR's part of the fold, negated: per step t, gamma / ts^2 times the sum of lkq dkq
+        # over its same-step pairs, DSSDA's diagonal; and 1 / ts of the rows (0 where ts = 0)
+        t_d = c * C + tk
+        ts_d = gl.load(TS_S + bh * S + t_d, mask=tk < CC, other=0.0)
+        inv_d = gl.where(ts_d != 0.0, 1.0 / gl.where(ts_d != 0.0, ts_d, 1.0), 0.0)
+        fold_fac = (gl.sum(gl.where(tk[:, None] == tq[None, :], dssda, 0.0), axis=1)
+                    * gl.load(GAM_S + bh * S + t_d, mask=tk < CC, other=0.0) * inv_d * inv_d)
+        gl.store(DFAC + bh * S + t_d, -fold_fac, mask=tk < CC)
         ts_i = gl.load(TS_S + bh * S + t_i, mask=i_s < VR, other=0.0)
         inv_ts = gl.where(ts_i != 0.0, 1.0 / gl.where(ts_i != 0.0, ts_i, 1.0), 0.0)
-        fold_fac = gl.sum(gl.where(same, dkq, 0.0) * gamma[:, None] * lkq, axis=1) * inv_ts * inv_ts
-        fold_fac = gl.sum(gl.reshape(fold_fac, [MT, R]), axis=1)
-        tf = gl.arange(0, MT, layout=fold_fac.type.layout)
-        gl.store(DFAC + bh * S + c * C + tf, -fold_fac, mask=tf < CC)
     wt = gl.load(WT_S + (bhc * C + ti[:, None]) * C + tj[None, :] - (ti // C * C)[:, None], mask=in_s, other=0.0)
     # chunk-local dPsiV = (k.q^T * wt + gamma qk_dot) dPhiO (+ D dPhiO); B = dPhiO [K = CR, P], held
     # as dPhiO^T (its TF32 parts are dph_s / dpl_s transposed)
