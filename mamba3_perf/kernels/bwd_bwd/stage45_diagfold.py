@@ -20,6 +20,14 @@ k halves each take an angle term of the fold; those cancel in their sum (the rot
 is antisymmetric). The folded terms run at the products' precision (three bf16 passes) instead
 of fp32 multiply-adds: the golden check on a GPU says whether that holds.
 
+Compiled for sm_90 (Triton 3.6, no device; records/ptxas-stage45-5298770.txt), stage43 -> this
+stage: state_terms 226-238 -> 210-215 registers at P = 64 (still two programs per SM; at 168,
+with stage43_finish.CAP_MAX_P = 64, 60-72 B of spills where stage43's took 104-140; with
+terms_gluon.D1_SHARED 48-56), its N walk's loops 1083 -> 755 and 1614 -> 1292 SASS instructions
+on N128_P64_R4_C16, the aux's 1340 -> 996, 1272 -> 928 and 842 -> 499, its spills at its cap
+44-88 -> 56-68 B. Not yet run on a GPU: neither golden-checked nor timed there (README,
+"stage45_diagfold", has the device call).
+
 Where (:func:`changes`): where stage43 finishes (stage43_finish.changes); elsewhere this stage is
 stage43, that is stage42. The Gluon kernels run on a Hopper GPU only: on the interpreter and
 other GPUs this stage's outputs are stage42's bit for bit.
