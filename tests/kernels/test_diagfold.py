@@ -5,6 +5,7 @@ kernels' formulas, the rule, and what the kernels compile to for sm_90."""
 import pytest
 import torch
 
+from mamba3_perf.analysis.occupancy import occupancy
 from mamba3_perf.kernels import get_case, make_inputs
 from mamba3_perf.kernels.reference import _rotate
 
@@ -115,13 +116,17 @@ def test_stage45_is_stage42_on_the_interpreter(same_outputs):
     same_outputs("stage45_diagfold", "stage42_precap", "small-N128_P64_R4_C16")
 
 
-def test_d1_shared_holds_the_first_half_block_in_shared_memory(compile_stage):
+def test_d1_shared_holds_the_pair_in_shared_memory(compile_stage):
     """terms_gluon.D1_SHARED: where state_terms finishes dK, the pair's first-half block ([64, BNB]
-    fp32) takes shared memory instead of registers; where it does not finish, nothing changes."""
+    fp32; 1) or both its blocks (2: finished on halves of their rows) take shared memory instead of
+    registers; where it does not finish, nothing changes."""
     k = "bwd_bwd_state_terms_gluon_kernel"
-    on = compile_stage("stage45_diagfold", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=1"])[k]
     off = compile_stage("stage45_diagfold", 128, 64, 4, 16, "state_terms")[k]
-    assert on["keywords"]["D1S"] and not off["keywords"]["D1S"]
-    assert on["shared"] - off["shared"] == 64 * 16 * 4  # BNB = 16 at P = 64
-    plain = compile_stage("stage42_precap", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=1"])[k]
+    assert not off["keywords"]["D1S"]
+    for v in (1, 2):
+        on = compile_stage("stage45_diagfold", 128, 64, 4, 16, "state_terms", knobs=[f"terms_gluon.D1_SHARED={v}"])[k]
+        assert on["keywords"]["D1S"] == v
+        assert on["shared"] - off["shared"] == min(v, 2) * 64 * 16 * 4  # BNB = 16 at P = 64
+        assert occupancy(168, 128, on["shared"]).blocks_per_sm == 3  # room for three programs
+    plain = compile_stage("stage42_precap", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=2"])[k]
     assert not plain["keywords"]["D1S"]

@@ -92,16 +92,17 @@ def chunk_coords(S, H, C: gl.constexpr):
 
 @gluon.jit
 def rotation_parts(own, par, BIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N: gl.constexpr, C: gl.constexpr,
-                   R: gl.constexpr, L: gl.constexpr):
+                   R: gl.constexpr, L: gl.constexpr, R0: gl.constexpr = 0):
     """What rotating one chunk's q or k rows on columns [n0, n0 + NB) of one rotary half takes, in
     layout L, from the 16-bit rows of those columns (``own``) and of their partners n +- N/2
     (``par``): x = own + bias[h, r], xp = par + bias at the partner columns, and cos / sin of the
     angle j = n mod N/2 the pre kernel stored ([B, S, H, RD], ROT_CS; 1 / 0 where j >= RD and on
-    rows past the chunk's C*R, which the box runs on into the next chunk and nothing stores)."""
+    rows past the chunk's C*R, which the box runs on into the next chunk and nothing stores). R0:
+    the block's first row, where it is rows [R0, R0 + M) of the chunk's (a multiple of R)."""
     M: gl.constexpr = own.shape[0]
     NB: gl.constexpr = own.shape[1]
     HALF: gl.constexpr = N // 2
-    i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
+    i = R0 + gl.arange(0, M, layout=gl.SliceLayout(1, L))
     n = n0 + gl.arange(0, NB, layout=gl.SliceLayout(0, L))
     second = n >= HALF
     j = gl.where(second, n - HALF, n)
@@ -146,12 +147,13 @@ def block_col(j, NB: gl.constexpr, N: gl.constexpr, PAIRS: gl.constexpr):
 
 @gluon.jit
 def _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, cols, S, G, N: gl.constexpr, C: gl.constexpr,
-                R: gl.constexpr, L: gl.constexpr, M: gl.constexpr, SIDE_Q: gl.constexpr):
+                R: gl.constexpr, L: gl.constexpr, M: gl.constexpr, SIDE_Q: gl.constexpr, R0: gl.constexpr = 0):
     """The qk_dot diagonal term of dK (dk[t, r_k] = sum_r_q GDB[t, r_k, r_q] qb[t, r_q]) or, with
     SIDE_Q, of dQ (dq[t, r_q] = sum_r_k GDB[t, r_k, r_q] kb[t, r_k]) on columns ``cols``
-    (stage11_steptrig._diag_terms), the other side's rows Y from its 16-bit input plus bias."""
+    (stage11_steptrig._diag_terms), the other side's rows Y from its 16-bit input plus bias; on
+    the chunk's rows [R0, R0 + M)."""
     CR: gl.constexpr = C * R
-    i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
+    i = R0 + gl.arange(0, M, layout=gl.SliceLayout(1, L))
     t = c * C + i // R
     e = gl.zeros([M, cols.shape[0]], gl.float32, L)
     for r in gl.static_range(R):
@@ -169,7 +171,7 @@ def _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, cols, S, G, N: gl.constexpr, 
 @gluon.jit
 def finish_pair(DX, DANG, GDB_S, Y, YBIAS, d1, d2, x1, x2, cs, sn, b, h, hq, c, bhc, n0, S, H, G, RD,
                 N: gl.constexpr, C: gl.constexpr, R: gl.constexpr, L: gl.constexpr, SIDE_Q: gl.constexpr,
-                ADD: gl.constexpr, DIAG: gl.constexpr = True):
+                ADD: gl.constexpr, DIAG: gl.constexpr = True, R0: gl.constexpr = 0):
     """What the post kernel does with dK (or, SIDE_Q, dQ) on a pair of blocks at columns n0 (first
     rotary half) and n0 + N/2, from their rotated-domain rows d1, d2, pre-rotation rows x1, x2 and
     the pair's cos / sin, in layout L (stage21_halves' post arithmetic, term for term): this
@@ -177,29 +179,30 @@ def finish_pair(DX, DANG, GDB_S, Y, YBIAS, d1, d2, x1, x2, cs, sn, b, h, hq, c, 
     other side's half, stored before it); then each block's gradient, the inverse rotary (cos d1
     + sin d2, cos d2 - sin d1) plus the qk_dot diagonal term (:func:`_diag_block`; Y / YBIAS: the
     other side's 16-bit input and bias), stored in DX's dtype. Without DIAG no diagonal term: the
-    aux folded it into the rotated-domain rows d1, d2 (aux_gluon's FOLD)."""
+    aux folded it into the rotated-domain rows d1, d2 (aux_gluon's FOLD). R0: the blocks are the
+    chunk's rows [R0, R0 + M) (a multiple of R), the rest finished by another call."""
     M: gl.constexpr = d1.shape[0]
     NB: gl.constexpr = d1.shape[1]
     CR: gl.constexpr = C * R
     g = d1 * (-sn * x1 - cs * x2) + d2 * (-sn * x2 + cs * x1)  # common.angle_grad_pair
     g = gl.sum(gl.reshape(g, [M // R, R, NB]), axis=1)
-    tg = gl.arange(0, M // R, layout=gl.SliceLayout(1, g.type.layout))
+    tg = R0 // R + gl.arange(0, M // R, layout=gl.SliceLayout(1, g.type.layout))
     jg = n0 + gl.arange(0, NB, layout=gl.SliceLayout(0, g.type.layout))
     dptr = DANG + ((b * S + c * C + tg[:, None]) * H + h) * RD + jg[None, :]
     dmask = (tg < C)[:, None] & (jg < RD)[None, :]
     if ADD:
         g += gl.load(dptr, mask=dmask, other=0.0)
     gl.store(dptr, g, mask=dmask)
-    i = gl.arange(0, M, layout=gl.SliceLayout(1, L))
+    i = R0 + gl.arange(0, M, layout=gl.SliceLayout(1, L))
     n = n0 + gl.arange(0, NB, layout=gl.SliceLayout(0, L))
     orow = (((b * S * R + c * CR + i) * H + h) * N)[:, None]
     dx1 = cs * d1 + sn * d2
     if DIAG:
-        dx1 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n, S, G, N, C, R, L, M, SIDE_Q)
+        dx1 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n, S, G, N, C, R, L, M, SIDE_Q, R0)
     gl.store(DX + orow + n[None, :], dx1.to(DX.dtype.element_ty), mask=(i < CR)[:, None])
     dx2 = cs * d2 - sn * d1
     if DIAG:
-        dx2 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n + N // 2, S, G, N, C, R, L, M, SIDE_Q)
+        dx2 += _diag_block(GDB_S, Y, YBIAS, b, h, hq, c, bhc, n + N // 2, S, G, N, C, R, L, M, SIDE_Q, R0)
     gl.store(DX + orow + (n + N // 2)[None, :], dx2.to(DX.dtype.element_ty), mask=(i < CR)[:, None])
 
 

@@ -195,6 +195,20 @@ def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
 
 
 @gluon.jit
+def _finish_part(d12_s, kr_buf, krp_buf, slot, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, n0,
+                 S, H, G, RD, N: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, FL: gl.constexpr,
+                 ADD_DANG: gl.constexpr, FOLD: gl.constexpr, R0: gl.constexpr, HM: gl.constexpr):
+    """:func:`_finish_step`'s finishing of a pair (D1S > 1) on its rows [R0, R0 + HM), in layout FL:
+    both blocks' rotated-domain rows from ``d12_s``, their pre-rotation rows from ring slot ``slot``."""
+    kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).slice(R0, HM, dim=0).load(FL),
+                                       krp_buf.index(slot).slice(R0, HM, dim=0).load(FL), KBIAS, COS_S, SIN_S,
+                                       b, h, cp, n0, S, H, RD, N, CC, R, FL, R0)
+    finish_pair(DK, DANG, GDB_S, Q, QBIAS, d12_s.index(0).slice(R0, HM, dim=0).load(FL),
+                d12_s.index(1).slice(R0, HM, dim=0).load(FL), kxp, kx, kcs, ksn, b, h, hq, cp, bhcp, n0 - N // 2,
+                S, H, G, RD, N, CC, R, FL, False, ADD_DANG, not FOLD, R0)
+
+
+@gluon.jit
 def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                  DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                  N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
@@ -203,8 +217,10 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, 
     """Step j's end: its wgmma waited (:func:`_wait_products`), the dK rows (dks) stored for the
     post kernel, or (FIN) finished on each rotary pair of blocks (the first-half block's rows held
     in d1 until its partners come, their pre-rotation rows formed again from ring slot ``slot``);
-    the DDA_CS_REV and DFACTOR sums; with D1S the first-half block's rows held in the shared buffer
-    ``d1_s`` instead (``d1`` passed through). Returns (d1, acc_rev, acc_fac, acc)."""
+    the DDA_CS_REV and DFACTOR sums; with D1S = 1 the first-half block's rows held in the shared
+    buffer ``d1_s`` instead (``d1`` passed through), with D1S = 2 or 4 both blocks' rows put there
+    ([2, M, BNB]) and the pair finished on D1S parts of its rows in turn (:func:`_finish_part`), in a
+    layout of up to 4 consecutive columns a thread. Returns (d1, acc_rev, acc_fac, acc)."""
     dks_in = dks_buf.index(slot).load(MK)
     dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
@@ -213,13 +229,26 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, 
     acc_fac += gl.sum(kr * dks, axis=1)
     if FIN:
         if j % 2 == 0:
-            if D1S:  # each thread reads back only what it stored: no barrier
+            if D1S > 1:  # read back by other threads in the parts' layout: a barrier before
+                d1_s.index(0).store(dks * ts[:, None])
+            elif D1S == 1:  # each thread reads back only what it stored: no barrier
                 d1_s.store(dks * ts[:, None])
             else:
                 d1 = dks * ts[:, None]
+        elif D1S > 1:  # both blocks through shared memory, finished on D1S parts of their rows in FL
+            M: gl.constexpr = dks.shape[0]
+            BNB: gl.constexpr = dks.shape[1]
+            V: gl.constexpr = min(4, M // D1S * BNB // 128)  # consecutive columns a thread
+            FL: gl.constexpr = gl.BlockedLayout([1, V], [32 // (BNB // V), BNB // V], [4, 1], [1, 0])
+            d1_s.index(1).store(dks * ts[:, None])
+            cta_barrier()
+            for part in gl.static_range(D1S):
+                _finish_part(d1_s, kr_buf, krp_buf, slot, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
+                             cp, bhcp, n0, S, H, G, RD, N, CC, R, FL, ADD_DANG, FOLD, part * (M // D1S), M // D1S)
+            cta_barrier()  # every warp done with the buffers before the next pair's first block
         else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
             # pre-rotation rows formed again from the boxes (not held in registers across the products)
-            if D1S:
+            if D1S == 1:
                 first = d1_s.load(MK)
             else:
                 first = d1
@@ -373,7 +402,9 @@ def bwd_bwd_state_terms_gluon_kernel(
     else:
         acc_dda2 = acc_dda  # unused
     d1 = gl.zeros([M, BNB], gl.float32, MK)  # FIN: the pair's first-half rows, until its partners come
-    if FIN and D1S:  # ... or in shared memory
+    if FIN and D1S > 1:  # ... or with its partners' in shared memory
+        d1_s = gl.allocate_shared_memory(gl.float32, [2, M, BNB], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    elif FIN and D1S == 1:  # ... or in shared memory
         d1_s = gl.allocate_shared_memory(gl.float32, [M, BNB], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     else:
         d1_s = dks_buf  # unread
@@ -596,10 +627,12 @@ STATES_GLOBAL: bool = False
 # P = 64 (128 at P = 32) measured slower on its own too (N128_P64_R4_C16 583 -> 629 us)
 MAXNREG: int | None = None
 
-# knob: with finish_dk, each rotary pair's first-half block of dK rows ([64, BNB] fp32, 16 KB at BNB =
-# 64) held in shared memory until its partners' step, not in registers across that step's products
-# (the kernel's D1S): fewer registers where the finishing took state_terms to two programs per SM
-D1_SHARED: bool = False
+# knob: with finish_dk, each rotary pair's first-half block of dK rows ([64, BNB] fp32, 4 KB at BNB =
+# 16) held in shared memory until its partners' step, not in registers across that step's products
+# (1), or both blocks put there and the pair finished on 2 or 4 parts of its rows, each part's
+# operands that part of the registers (2, 4) (the kernel's D1S): fewer registers where the finishing
+# took state_terms to two programs per SM
+D1_SHARED: int = 0
 
 
 def chunks_per_program(meta, chunk_pairs: bool | None = None) -> int:
@@ -668,7 +701,7 @@ def launch_state_terms(x: dict, s: dict, out: dict, meta, *, rot_inline: bool = 
         *rot, *fin, x["states"],
         meta.S, meta.H, meta.G, meta.RD, 0,
         N=meta.N, P=meta.P, C=meta.C, R=meta.R, M=WG_ROWS, BNB=bnb, ROT=rot_inline, FIN=finish_dk,
-        ADD_DANG=dangles_started, FOLD=fold_diag, D1S=bool(D1_SHARED and finish_dk), CP=cp,
+        ADD_DANG=dangles_started, FOLD=fold_diag, D1S=int(D1_SHARED) if finish_dk else 0, CP=cp,
         TL=bool(TRANSPOSE_LAYOUTS if transpose_layouts is None else transpose_layouts),
         PIPE=pipe, RING=slots, STG=stg, BF16=bf16, SD=sd, KW=kw, IK=ik, num_warps=warps(meta),
         **({"maxnreg": regs} if regs else {}),
