@@ -23,7 +23,8 @@ of fp32 multiply-adds: the golden check on a GPU says whether that holds.
 Compiled for sm_90 (Triton 3.6, no device; records/ptxas-stage45-5298770.txt), stage43 -> this
 stage: state_terms 226-238 -> 210-215 registers at P = 64 (still two programs per SM; at 168,
 with stage43_finish.CAP_MAX_P = 64, 60-72 B of spills where stage43's took 104-140; with
-terms_gluon.D1_SHARED 48-56), its N walk's loops 1083 -> 755 and 1614 -> 1292 SASS instructions
+terms_gluon.D1_SHARED = 1 48-56, with D1_SHARED = 2 4-16: records/ptxas-stage45-d1shared-777ce24.txt),
+its N walk's loops 1083 -> 755 and 1614 -> 1292 SASS instructions
 on N128_P64_R4_C16, the aux's 1340 -> 996, 1272 -> 928 and 842 -> 499, its spills at its cap
 44-88 -> 56-68 B. Not yet run on a GPU: neither golden-checked nor timed there (README,
 "stage45_diagfold", has the device call).
