@@ -206,6 +206,41 @@ def finish_pair(DX, DANG, GDB_S, Y, YBIAS, d1, d2, x1, x2, cs, sn, b, h, hq, c, 
     gl.store(DX + orow + (n + N // 2)[None, :], dx2.to(DX.dtype.element_ty), mask=(i < CR)[:, None])
 
 
+@gluon.jit
+def finish_pair_parts(d12_s, own_box, par_box, DX, DANG, GDB_S, Y, YBIAS, XBIAS, COS_S, SIN_S, b, h, hq, c, bhc, n0,
+                      S, H, G, RD, N: gl.constexpr, C: gl.constexpr, R: gl.constexpr, PARTS: gl.constexpr,
+                      SIDE_Q: gl.constexpr, ADD: gl.constexpr, DIAG: gl.constexpr):
+    """:func:`finish_pair` on a pair whose rotated-domain rows are in shared memory (``d12_s``
+    [2, M, NB]: the first-half block's, then its partners'; each thread's stores are behind a
+    barrier here), taken on PARTS parts of their rows in turn, each part's operands that share of
+    the registers, in a layout of up to 4 consecutive columns a thread: the pre-rotation rows from
+    the pair's TMA boxes ``own_box`` (the partners' block, at column n0) and ``par_box`` (the
+    first-half block), bias XBIAS, the pre kernel's cos / sin. The pair's first block is at column
+    n0 - N/2. Ends with a barrier: the buffers and boxes may be written again."""
+    M: gl.constexpr = d12_s.shape[1]
+    NB: gl.constexpr = d12_s.shape[2]
+    HM: gl.constexpr = M // PARTS
+    V: gl.constexpr = min(4, HM * NB // 128)  # consecutive columns a thread
+    FL: gl.constexpr = gl.BlockedLayout([1, V], [32 // (NB // V), NB // V], [4, 1], [1, 0])
+    cta_barrier()
+    for part in gl.static_range(PARTS):
+        _finish_part(d12_s, own_box, par_box, DX, DANG, GDB_S, Y, YBIAS, XBIAS, COS_S, SIN_S, b, h, hq, c, bhc, n0,
+                     S, H, G, RD, N, C, R, FL, SIDE_Q, ADD, DIAG, part * HM, HM)
+    cta_barrier()
+
+
+@gluon.jit
+def _finish_part(d12_s, own_box, par_box, DX, DANG, GDB_S, Y, YBIAS, XBIAS, COS_S, SIN_S, b, h, hq, c, bhc, n0,
+                 S, H, G, RD, N: gl.constexpr, C: gl.constexpr, R: gl.constexpr, FL: gl.constexpr,
+                 SIDE_Q: gl.constexpr, ADD: gl.constexpr, DIAG: gl.constexpr, R0: gl.constexpr, HM: gl.constexpr):
+    """:func:`finish_pair_parts` on the rows [R0, R0 + HM)."""
+    x, xp, cs, sn = rotation_parts(own_box.slice(R0, HM, dim=0).load(FL), par_box.slice(R0, HM, dim=0).load(FL),
+                                   XBIAS, COS_S, SIN_S, b, h, c, n0, S, H, RD, N, C, R, FL, R0)
+    finish_pair(DX, DANG, GDB_S, Y, YBIAS, d12_s.index(0).slice(R0, HM, dim=0).load(FL),
+                d12_s.index(1).slice(R0, HM, dim=0).load(FL), xp, x, cs, sn, b, h, hq, c, bhc, n0 - N // 2,
+                S, H, G, RD, N, C, R, FL, SIDE_Q, ADD, DIAG, R0)
+
+
 def input_rows(t, meta, block: list[int]):
     """A TMA descriptor of the 16-bit q or k input [B, S, R, G, N] as rows [B*S*R, G*N] in
     ``block`` boxes: a chunk's fused rows t*R + r of head group hq are the box at row

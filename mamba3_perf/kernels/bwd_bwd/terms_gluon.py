@@ -25,8 +25,8 @@ from mamba3_perf.kernels import launching
 from mamba3_perf.kernels.bwd_bwd import gluon_common
 from mamba3_perf.kernels.bwd_bwd.common import SPLIT_BF16X3, dot_precision
 from mamba3_perf.kernels.bwd_bwd.gluon_common import (
-    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, input_rows, release_ring,
-    ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, split_format, split_parts, tma_load,
+    WG_ROWS, at_step, block_col, chunk_coords, cta_barrier, dot3, finish_pair, finish_pair_parts, input_rows,
+    release_ring, ring_barriers, rotary_partner_col, rotated_rows, rotation_parts, row_blocks, split_format, split_parts, tma_load,
 )
 
 
@@ -195,20 +195,6 @@ def _wait_products(dk, dk2, acc, i_k, CR: gl.constexpr, CP: gl.constexpr):
 
 
 @gluon.jit
-def _finish_part(d12_s, kr_buf, krp_buf, slot, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, n0,
-                 S, H, G, RD, N: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, FL: gl.constexpr,
-                 ADD_DANG: gl.constexpr, FOLD: gl.constexpr, R0: gl.constexpr, HM: gl.constexpr):
-    """:func:`_finish_step`'s finishing of a pair (D1S > 1) on its rows [R0, R0 + HM), in layout FL:
-    both blocks' rotated-domain rows from ``d12_s``, their pre-rotation rows from ring slot ``slot``."""
-    kx, kxp, kcs, ksn = rotation_parts(kr_buf.index(slot).slice(R0, HM, dim=0).load(FL),
-                                       krp_buf.index(slot).slice(R0, HM, dim=0).load(FL), KBIAS, COS_S, SIN_S,
-                                       b, h, cp, n0, S, H, RD, N, CC, R, FL, R0)
-    finish_pair(DK, DANG, GDB_S, Q, QBIAS, d12_s.index(0).slice(R0, HM, dim=0).load(FL),
-                d12_s.index(1).slice(R0, HM, dim=0).load(FL), kxp, kx, kcs, ksn, b, h, hq, cp, bhcp, n0 - N // 2,
-                S, H, G, RD, N, CC, R, FL, False, ADD_DANG, not FOLD, R0)
-
-
-@gluon.jit
 def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, acc_fac, kr_buf, krp_buf, slot, n0, i_k, n_k,
                  DKR_S, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq, cp, bhcp, bhc, S, H, G, RD,
                  N: gl.constexpr, C: gl.constexpr, CC: gl.constexpr, R: gl.constexpr, MK: gl.constexpr,
@@ -219,8 +205,8 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, 
     in d1 until its partners come, their pre-rotation rows formed again from ring slot ``slot``);
     the DDA_CS_REV and DFACTOR sums; with D1S = 1 the first-half block's rows held in the shared
     buffer ``d1_s`` instead (``d1`` passed through), with D1S = 2 or 4 both blocks' rows put there
-    ([2, M, BNB]) and the pair finished on D1S parts of its rows in turn (:func:`_finish_part`), in a
-    layout of up to 4 consecutive columns a thread. Returns (d1, acc_rev, acc_fac, acc)."""
+    ([2, M, BNB]) and the pair finished on D1S parts of its rows in turn
+    (gluon_common.finish_pair_parts). Returns (d1, acc_rev, acc_fac, acc)."""
     dks_in = dks_buf.index(slot).load(MK)
     dk, acc = _wait_products(dk, dk2, acc, i_k, C * R, CP)
     dks = dks_in + dk * erev[:, None]
@@ -235,17 +221,10 @@ def _finish_step(j, dk, dk2, acc, ks, kr, dks_buf, erev, ts, d1, d1_s, acc_rev, 
                 d1_s.store(dks * ts[:, None])
             else:
                 d1 = dks * ts[:, None]
-        elif D1S > 1:  # both blocks through shared memory, finished on D1S parts of their rows in FL
-            M: gl.constexpr = dks.shape[0]
-            BNB: gl.constexpr = dks.shape[1]
-            V: gl.constexpr = min(4, M // D1S * BNB // 128)  # consecutive columns a thread
-            FL: gl.constexpr = gl.BlockedLayout([1, V], [32 // (BNB // V), BNB // V], [4, 1], [1, 0])
+        elif D1S > 1:  # both blocks through shared memory, finished on D1S parts of their rows
             d1_s.index(1).store(dks * ts[:, None])
-            cta_barrier()
-            for part in gl.static_range(D1S):
-                _finish_part(d1_s, kr_buf, krp_buf, slot, DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S, SIN_S, b, h, hq,
-                             cp, bhcp, n0, S, H, G, RD, N, CC, R, FL, ADD_DANG, FOLD, part * (M // D1S), M // D1S)
-            cta_barrier()  # every warp done with the buffers before the next pair's first block
+            finish_pair_parts(d1_s, kr_buf.index(slot), krp_buf.index(slot), DK, DANG, GDB_S, Q, QBIAS, KBIAS, COS_S,
+                              SIN_S, b, h, hq, cp, bhcp, n0, S, H, G, RD, N, CC, R, D1S, False, ADD_DANG, not FOLD)
         else:  # this block holds the partners (x2) of the last one's (x1): both finished here; their
             # pre-rotation rows formed again from the boxes (not held in registers across the products)
             if D1S == 1:
