@@ -133,3 +133,19 @@ def test_gluon_aux_on_two_warpgroups_matches_golden_on_hopper(cuda_golden, case_
     on it passed on an H100 (test_transpose_layouts.py, the knob's comment)."""
     monkeypatch.setattr(aux_gluon, "AUX_WARPGROUPS", 2)
     cuda_golden("stage30_stepdesc", case_id)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("d1_shared", [1, 2])
+@pytest.mark.parametrize("case", cases("hopper"), ids=lambda c: c.id)
+def test_stage45_with_the_pair_in_shared_memory_matches_golden_on_hopper(cuda_golden, case, d1_shared, monkeypatch):
+    """terms_gluon.D1_SHARED through stage45 (its bounds lifted, state_terms capped at P = 64 too):
+    the pair's first-half block (1), or both blocks finished on halves of their rows (2), from
+    shared memory wherever state_terms finishes dK."""
+    from mamba3_perf.kernels.bwd_bwd import stage43_finish
+
+    monkeypatch.setattr(terms_gluon, "D1_SHARED", d1_shared)
+    monkeypatch.setattr(stage43_finish, "MIN_N", None)
+    monkeypatch.setattr(stage43_finish, "MAX_R", None)
+    monkeypatch.setattr(stage43_finish, "CAP_MAX_P", 64)
+    cuda_golden("stage45_diagfold", case)
