@@ -9,6 +9,12 @@ chunk's products cost on one SM's tensor cores at each plan (analysis.precision.
 
     python benchmarks/precision_plan.py --json records/precision-plan-COMMIT.json
     python benchmarks/precision_plan.py --cases small-N16_P64_R4_C8 --batch 1 --heads 2
+
+``--fold`` judges instead, per case, every product at each scheme of ``--fold-schemes`` in the
+reference's formulation and in stage45_diagfold's (the qk_dot diagonal terms folded into the
+weighted scores, DFACTOR corrected: reference.bwd_bwd_ref's ``fold_diag``), side by side:
+
+    python benchmarks/precision_plan.py --fold --json records/precision-fold-COMMIT.json
 """
 from __future__ import annotations
 
@@ -37,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=4, help="H of every case (G = 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the record here (atomically)")
+    ap.add_argument("--fold", action="store_true",
+                    help="judge stage45's folded diagonal terms against the reference's (no search)")
+    ap.add_argument("--fold-schemes", default="bf16x3,tf32x3", help="with --fold: the uniform schemes")
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -54,6 +63,13 @@ def main(argv=None) -> int:
             trials.append(precision.make_trial(c, x))
             bar.update(task, advance=1, description=f"golden: {c.id}")
 
+    meta = {
+        "command": " ".join(["python", "benchmarks/precision_plan.py", *(sys.argv[1:] if argv is None else argv)]),
+        "git_tree": tree, "torch": torch.__version__, "python": platform.python_version(),
+        "cases": [c.to_dict() for c in cases], "seed": args.seed,
+    }
+    if args.fold:
+        return _fold(args, trials, meta, console, t0)
     uniform = {}
     for scheme in UNIFORM:
         uniform[scheme] = {t.case.id: precision.worst({p: scheme for p in PRODUCTS}, [t]) for t in trials}
@@ -83,9 +99,7 @@ def main(argv=None) -> int:
         "meta": {
             "what": "tensor-core schemes per bwd_bwd product against the golden criterion, emulated "
                     "in the fp32 reference on the CPU (mamba3_perf.analysis.precision); no timing",
-            "command": " ".join(["python", "benchmarks/precision_plan.py", *(sys.argv[1:] if argv is None else argv)]),
-            "git_tree": tree, "torch": torch.__version__, "python": platform.python_version(),
-            "cases": [c.to_dict() for c in cases], "seed": args.seed,
+            **meta,
             "schemes": {s: {"format": f, "passes": [list(p) for p in ps], "cost_bf16_passes": precision.scheme_cost(s)}
                         for s, (f, ps) in precision.SCHEMES.items()},
             "elapsed_s": round(time.time() - t0, 1),
@@ -99,12 +113,43 @@ def main(argv=None) -> int:
         "lowered": found.lowered,
         "chunk_cost": cost,
     }
+    _emit(record, args.json, console)
+    return 0
+
+
+def _emit(record: dict, path: str | None, console) -> None:
     text = json.dumps(record, indent=1, sort_keys=False)
-    if args.json:
-        write_text_atomic(args.json, text + "\n")
-        console.print(f"wrote {args.json}")
+    if path:
+        write_text_atomic(path, text + "\n")
+        console.print(f"wrote {path}")
     else:
         print(text)
+
+
+def _fold(args, trials, meta: dict, console, t0: float) -> int:
+    """--fold: per case and scheme, the worst error / bound per gradient unfolded and folded."""
+    from rich.table import Table
+
+    rows = []
+    for scheme in args.fold_schemes.split(","):
+        plan = {p: scheme for p in PRODUCTS}
+        for t in trials:
+            plain, folded = (precision.worst(plan, [t], fold_diag=f) for f in (False, True))
+            rows.append({"case_id": t.case.id, "scheme": scheme, "reference": plain, "folded": folded})
+    table = Table(title="worst error / bound (<= 1 passes): the reference's formulation -> stage45's fold")
+    for col in ("case", "scheme", "DQ", "DK", "DFACTOR", "DANGLES", "worst"):
+        table.add_column(col)
+    for r in rows:
+        a, b = r["reference"], r["folded"]
+        table.add_row(r["case_id"], r["scheme"], *(f"{a[g]:.3f} -> {b[g]:.3f}" for g in ("DQ", "DK", "DFACTOR", "DANGLES")),
+                      f"{max(a.values()):.3f} -> {max(b.values()):.3f}")
+    console.print(table)
+    record = {"meta": {"what": "stage45_diagfold's folded qk_dot diagonal terms against the reference's formulation, "
+                               "every product at one scheme, emulated in the fp32 reference on the CPU "
+                               "(mamba3_perf.analysis.precision.worst's fold_diag); no timing",
+                       **meta, "elapsed_s": round(time.time() - t0, 1)},
+              "rows": rows}
+    _emit(record, args.json, console)
     return 0
 
 

@@ -116,14 +116,16 @@ def make_trial(case: Case, x: dict) -> Trial:
     return Trial(case, x, g, r)
 
 
-def worst(plan: dict[str, str], trials: Iterable[Trial]) -> dict[str, float]:
+def worst(plan: dict[str, str], trials: Iterable[Trial], *, fold_diag: bool = False) -> dict[str, float]:
     """Per gradient, the largest error / bound over ``trials`` of the reference run at ``plan``
-    (<= 1 everywhere: the plan passes the golden criterion on every trial)."""
+    (<= 1 everywhere: the plan passes the golden criterion on every trial); ``fold_diag``: in
+    stage45's formulation (reference.bwd_bwd_ref's, the qk_dot diagonal terms through the
+    weighted scores' products)."""
     hook = products_hook(plan)
     out = dict.fromkeys(GRADIENTS, 0.0)
     for t in trials:
         cand = bwd_bwd_ref(**t.x, chunk_size=t.case.C, rotary_dim_divisor=t.case.rotary_dim_divisor,
-                           products=hook)
+                           products=hook, fold_diag=fold_diag)
         for row in check(cand, t.golden, t.reference):
             out[row.gradient] = max(out[row.gradient], row.err / row.bound)
     return out

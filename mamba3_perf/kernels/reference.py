@@ -153,12 +153,16 @@ def _fp32_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da_cs_rev, dt, trap,
                 segsum, angles, mimo_o=None, d=None, chunk_size: int = 16,
-                rotary_dim_divisor: int = 4, output_dtype=None, products=None) -> dict:
+                rotary_dim_divisor: int = 4, output_dtype=None, products=None, fold_diag: bool = False) -> dict:
     """The 12 gradients by explicit formulas in fp32 (pads a tail chunk like the kernels).
 
     ``products``: ``f(name, a, b) -> a @ b`` for every matrix product, named as in
     :data:`PRODUCTS` (default: fp32 matmul). analysis.precision passes one that rounds the
     operands to a tensor-core input format, to see which products need more than one pass.
+    ``fold_diag``: the qk_dot diagonal terms as stage45_diagfold forms them, folded into the
+    weighted scores of "dkq . q" and "dkq^T . k" (gamma / ts on the same-step pairs; the products
+    "gd^T . kb" and "gd . qb" not formed), DFACTOR less the fold's part from the same-step pairs of
+    lkq dkq: the same gradients, each product's rounding where that formulation puts it.
     """
     mm = products or _fp32_product
     f = torch.float32
@@ -204,12 +208,19 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
     dpsiv = mm("(lkq) . dPhiO", lkq * wt, dphioC) + gam_r[..., None] * mm("qk_dot . dPhiO", qkd, dphioC)
     if d is not None:
         dpsiv = dpsiv + d.to(f)[None, :, None, None, None] * dphioC
-    dk_s = mm("dkq . q", dkq * wt, qrC)
-    dq_r = mm("dkq^T . k", (dkq * wt).transpose(-1, -2), ksC)
     dgamma = _to_time((qkd * dkq).sum(-1), R)
     gd = dkq * block * gam_r[..., None]
-    dq_diag = mm("gd^T . kb", gd.transpose(-1, -2), kbC)
-    dk_diag = mm("gd . qb", gd, qbC)
+    if fold_diag:  # stage45_diagfold: gd kb = rot^-1(gd kr) within a step, carried by the scores
+        inv_ts = torch.where(ts_r != 0, 1 / torch.where(ts_r != 0, ts_r, 1.0), 0.0)
+        scores = dkq * wt + gd * inv_ts[..., None]
+        fold_fac = _to_time((lkq * gd).sum(-1) * inv_ts * inv_ts, R)  # its part of DFACTOR
+        dq_diag = dk_diag = None
+    else:
+        scores = dkq * wt
+        dq_diag = mm("gd^T . kb", gd.transpose(-1, -2), kbC)
+        dk_diag = mm("gd . qb", gd, qbC)
+    dk_s = mm("dkq . q", scores, qrC)
+    dq_r = mm("dkq^T . k", scores.transpose(-1, -2), ksC)
 
     # reverse scan over chunks: dstates is the gradient w.r.t. the state leaving chunk c
     st = states.to(f)
@@ -231,6 +242,8 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
     dda_cs = _to_time((qrC * dq_raw).sum(-1), R)
     dq_r = dq_r + dq_raw * ecs_r[..., None]
     dfactor = _to_time((krC * dk_s).sum(-1), R)
+    if fold_diag:
+        dfactor = dfactor - fold_fac
     dk_r = dk_s * ts_r[..., None]
 
     # value side
@@ -250,8 +263,11 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
         return (dx[..., :RD] * (-s_ * x1 - c_ * x2) + dx[..., h:h + RD] * (c_ * x1 - s_ * x2)).sum(-2)
 
     dangles = (dangle(dqr, qb) + dangle(dkr, kb)).permute(0, 2, 1, 3)
-    dq = _rotate(dqr, ang, inverse=True) + _unchunk_rows(dq_diag, R)
-    dk = _rotate(dkr, ang, inverse=True) + _unchunk_rows(dk_diag, R)
+    dq = _rotate(dqr, ang, inverse=True)
+    dk = _rotate(dkr, ang, inverse=True)
+    if not fold_diag:
+        dq = dq + _unchunk_rows(dq_diag, R)
+        dk = dk + _unchunk_rows(dk_diag, R)
 
     qdt = output_dtype or q.dtype
     vdt = output_dtype or v.dtype

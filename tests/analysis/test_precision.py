@@ -94,3 +94,15 @@ def test_chunk_cost_scales_with_the_passes():
     one = precision.chunk_tensor_us(c, "bf16", limits.H100)
     assert precision.chunk_tensor_us(c, "tf32x3", limits.H100) == pytest.approx(6 * one)
     assert one == pytest.approx(8.39e6 / (7.9e14 / 132) * 1e6, rel=1e-3)
+
+
+def test_fold_is_judged_in_its_own_formulation(trial):
+    """worst(fold_diag=True) runs the reference in stage45's formulation: at fp32 it passes as the
+    reference does; at one bf16 pass for every product, the folded diagonal terms ride on the
+    weighted scores' rounding instead of the qk_dot terms' own, so DQ's ratio changes."""
+    fp32 = {p: "fp32" for p in PRODUCTS}
+    assert precision.passes(precision.worst(fp32, [trial], fold_diag=True))
+    one = {p: "bf16" for p in PRODUCTS}
+    plain, folded = (precision.worst(one, [trial], fold_diag=f) for f in (False, True))
+    assert plain["DQ"] != folded["DQ"]
+    assert plain["DV"] == folded["DV"]  # the value side does not see the fold

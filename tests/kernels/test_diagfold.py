@@ -130,3 +130,22 @@ def test_d1_shared_holds_the_pair_in_shared_memory(compile_stage):
         assert occupancy(168, 128, on["shared"]).blocks_per_sm == 3  # room for three programs
     plain = compile_stage("stage42_precap", 128, 64, 4, 16, "state_terms", knobs=["terms_gluon.D1_SHARED=2"])[k]
     assert not plain["keywords"]["D1S"]
+
+
+def test_the_reference_in_the_folds_formulation_gives_its_gradients():
+    """reference.bwd_bwd_ref's ``fold_diag`` (stage45's formulation, which analysis.precision
+    judges at tensor-core schemes) gives the reference's 12 gradients in fp32: DQ and DK to their
+    16-bit rounding, the rest to fp32 rounding."""
+    from mamba3_perf.kernels.reference import GRADIENTS, bwd_bwd_ref
+
+    c = get_case("small-N128_P64_R4_C16")
+    x = make_inputs(c, states_dtype=torch.bfloat16)
+    plain = bwd_bwd_ref(**x, chunk_size=c.C, rotary_dim_divisor=c.rotary_dim_divisor)
+    folded = bwd_bwd_ref(**x, chunk_size=c.C, rotary_dim_divisor=c.rotary_dim_divisor, fold_diag=True)
+    for g in GRADIENTS:
+        if plain[g] is None:
+            assert folded[g] is None, g
+            continue
+        tol = dict(rtol=2e-2, atol=2e-2) if plain[g].dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(folded[g].float(), plain[g].float(), **tol, msg=g)
+    assert not torch.equal(folded["DFACTOR"], plain["DFACTOR"])  # formed otherwise, not passed through
