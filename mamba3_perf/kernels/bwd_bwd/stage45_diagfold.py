@@ -18,7 +18,10 @@ take the fold's part too: the aux stores that part negated (the same-step pairs'
 are lkq / ts, which its first walk formed), and state_terms adds its sums to it. DANGLES' q and
 k halves each take an angle term of the fold; those cancel in their sum (the rotation's generator
 is antisymmetric). The folded terms run at the products' precision (three bf16 passes) instead
-of fp32 multiply-adds: the golden check on a GPU says whether that holds.
+of fp32 multiply-adds: emulated on the CPU (reference.bwd_bwd_ref's ``fold_diag`` at bf16x3,
+``benchmarks/precision_plan.py --fold``, records/precision-fold-5a9a3f1.json) that holds the golden
+criterion on the official shapes (DFACTOR 0.523-0.579 -> 0.530-0.584 of its bound, DQ / DK /
+DANGLES unchanged); the golden check on a GPU has the last word.
 
 Compiled for sm_90 (Triton 3.6, no device; records/ptxas-stage45-5298770.txt), stage43 -> this
 stage: state_terms 226-238 -> 210-215 registers at P = 64 (still two programs per SM; at 168,
