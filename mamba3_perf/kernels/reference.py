@@ -214,7 +214,6 @@ def bwd_bwd_ref(dout, q, k, v, q_bias, k_bias, mimo_v, states, qk_dot, da_cs, da
         inv_ts = torch.where(ts_r != 0, 1 / torch.where(ts_r != 0, ts_r, 1.0), 0.0)
         scores = dkq * wt + gd * inv_ts[..., None]
         fold_fac = _to_time((lkq * gd).sum(-1) * inv_ts * inv_ts, R)  # its part of DFACTOR
-        dq_diag = dk_diag = None
     else:
         scores = dkq * wt
         dq_diag = mm("gd^T . kb", gd.transpose(-1, -2), kbC)

@@ -17,7 +17,7 @@ def _rot(x, ang, inverse=False):
 
 def test_fold_carries_the_diagonal_terms_through_the_rotation():
     """What the finishings compute with the diagonal terms (gluon_common.finish_pair: the inverse
-    rotary of the rotated-domain rows plus gd kb, gd q b; DANGLES from those rows; DFACTOR the N sums
+    rotary of the rotated-domain rows plus gd kb, gd qb; DANGLES from those rows; DFACTOR the N sums
     of kr dks) equals what they compute from the folded scores dkqw + gd / ts without them, DFACTOR
     less the part the aux stores (per step gamma / ts^2 times DSSDA's diagonal, the sum of lkq dkq
     over its same-step pairs); a step with ts = 0 (and gamma = 0, as dt = 0 gives: a padded step)
@@ -36,6 +36,7 @@ def test_fold_carries_the_diagonal_terms_through_the_rotation():
     same = t[:, None] == t[None, :]
     gd = torch.where(same, dkq, 0.0) * gamma[t][:, None]  # aux_gluon: gd, rows k, columns q
     inv = torch.where(ts != 0, 1 / torch.where(ts != 0, ts, 1.0), 0.0)[t]
+    gd_steps = gd.reshape(C, R, C, R).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # [t, r_k, r_q] blocks
 
     def finish(scores, diag):
         qr, kr = _rot(qb, ang).reshape(CR, N), _rot(kb, ang).reshape(CR, N)
@@ -46,8 +47,8 @@ def test_fold_carries_the_diagonal_terms_through_the_rotation():
         dq = _rot(dq_rot.detach().reshape(C, R, N), ang.detach(), inverse=True)
         dk = _rot(dk_rot.detach().reshape(C, R, N), ang.detach(), inverse=True)
         if diag:  # gluon_common._diag_block, both sides
-            dq = dq + torch.einsum("tkq,tkn->tqn", gd.reshape(C, R, C, R).diagonal(dim1=0, dim2=2).permute(2, 0, 1), kb)
-            dk = dk + torch.einsum("tkq,tqn->tkn", gd.reshape(C, R, C, R).diagonal(dim1=0, dim2=2).permute(2, 0, 1), qb)
+            dq = dq + torch.einsum("tkq,tkn->tqn", gd_steps, kb)
+            dk = dk + torch.einsum("tkq,tqn->tkn", gd_steps, qb)
         dfac = (kr.detach() * dks.detach()).sum(1).reshape(C, R).sum(1)
         # DANGLES, both halves: the angle gradient of <d, rot(x)> with the rotated-domain rows d held
         dang, = torch.autograd.grad((dq_rot.detach() * qr).sum() + (dk_rot.detach() * kr).sum(), ang)

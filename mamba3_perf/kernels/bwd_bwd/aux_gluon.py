@@ -376,7 +376,9 @@ def bwd_bwd_aux_gluon_kernel(
     gl.store(DGAM + bh * S + c * C + tg, dgam, mask=tg < CC)
     gamma = gl.load(GAM_S + bh * S + t_i, mask=i_s < VR, other=0.0)
     if FOLD:  # DFACTOR's part of the fold, negated: per step t, gamma / ts^2 times the sum of lkq dkq
-        # over its same-step pairs, DSSDA's diagonal; and 1 / ts of the rows (0 where ts = 0)
+        # over its same-step pairs, DSSDA's diagonal; and 1 / ts of the rows (0 where ts = 0), for the
+        # scores below: loaded there instead, ptxas spilled more (76 against 68 B at the cap on
+        # N128_P64_R4_C16, 80 against 68 at R = 2)
         t_d = c * C + tk
         ts_d = gl.load(TS_S + bh * S + t_d, mask=tk < CC, other=0.0)
         inv_d = gl.where(ts_d != 0.0, 1.0 / gl.where(ts_d != 0.0, ts_d, 1.0), 0.0)
